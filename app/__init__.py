@@ -1,0 +1,1 @@
+"""dsqa: retrieval-augmented Q&A for the DeepSpeed training library."""

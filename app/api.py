@@ -1,0 +1,101 @@
+"""The FastAPI service: POST /ask, health and readiness. Heavy parts load once, in the lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from app.ask import Engine, ask
+from app.errors import DsqaError, IndexUnusable, to_reply
+from app.glossary import Glossary
+from app.retriever import HybridRetriever
+from app.schemas import AskRequest, AskResponse
+from app.settings import Settings
+from indexer.embedder import Embedder, SentenceTransformerEmbedder
+from indexer.store import IndexError_, load_index
+
+log = logging.getLogger(__name__)
+
+
+def load_engine(settings: Settings, embedder: Embedder | None = None) -> Engine:
+    """Load the index and the model; an unusable index gives an engine that is not ready."""
+    try:
+        index = load_index(settings.index_dir)
+    except IndexError_ as exc:
+        log.error("index not loaded: %s", exc)
+        return Engine(settings=settings, index=None, retriever=None)
+    if embedder is None:
+        embedder = SentenceTransformerEmbedder(settings.embedding_model)
+    if index.manifest.get("model") != embedder.name:
+        raise IndexUnusable(f"index was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it")
+    retriever = HybridRetriever(
+        index,
+        embedder,
+        Glossary.load(settings.glossary),
+        bm25_weight=settings.bm25_weight,
+        dense_weight=settings.dense_weight,
+        depth=settings.candidate_depth,
+    )
+    return Engine(settings=settings, index=index, retriever=retriever)
+
+
+def _field_of(error: dict[str, Any]) -> str:
+    if error.get("type") == "json_invalid":
+        return "body"
+    loc = [str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path")]
+    return ".".join(loc) or "body"
+
+
+def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if engine is None:
+            app.state.engine = await run_in_threadpool(load_engine, settings)
+        else:
+            app.state.engine = engine
+        yield
+
+    app = FastAPI(
+        title="dsqa",
+        summary="Answers about DeepSpeed with cited passages and checked code snippets.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(DsqaError)
+    async def _dsqa_error(request: Request, exc: DsqaError) -> JSONResponse:
+        reply = to_reply(exc)
+        return JSONResponse(status_code=reply.status_code, content=reply.body)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        field = _field_of(first)
+        problems = [{"field": _field_of(e), "message": str(e.get("msg", ""))} for e in errors[:10]]
+        message = f"{field}: {first.get('msg', 'invalid value')}"
+        return JSONResponse(status_code=422, content={"error": "invalid_input", "message": message, "field": field, "details": problems})
+
+    @app.get("/healthz", tags=["operations"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operations"])
+    async def readyz(request: Request) -> JSONResponse:
+        eng: Engine | None = getattr(request.app.state, "engine", None)
+        if eng is None or eng.index is None:
+            return JSONResponse(status_code=503, content={"status": "not ready", "reason": "index not loaded"})
+        return JSONResponse(status_code=200, content={"status": "ready", "index": eng.index.summary()})
+
+    @app.post("/ask", response_model=AskResponse, tags=["ask"])
+    async def ask_route(body: AskRequest, request: Request) -> AskResponse:
+        return await run_in_threadpool(ask, request.app.state.engine, body)
+
+    return app

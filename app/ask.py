@@ -1,0 +1,94 @@
+"""The one `ask` core every front end calls: retrieve, compose the answer, attach snippets."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from app.answer import NOT_COVERED, Source, extractive_answer, generated_answer
+from app.errors import IndexNotReady
+from app.retriever import Retriever
+from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
+from app.settings import Settings
+from indexer.documents import Snippet
+from indexer.store import LoadedIndex
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Engine:
+    """What a loaded service holds: settings, the index and a retriever over it."""
+
+    settings: Settings
+    index: LoadedIndex | None
+    retriever: Retriever | None
+
+    def require(self) -> tuple[LoadedIndex, Retriever]:
+        if self.index is None or self.retriever is None:
+            raise IndexNotReady("the index is not loaded yet; build it with `dsqa index` or wait for start-up")
+        return self.index, self.retriever
+
+
+def stamp(snippet: Snippet) -> str:
+    if snippet.status == "ok" and snippet.checked_with:
+        return f"checked ok against deepspeed {snippet.checked_with}"
+    if snippet.status in {"failed", "fragment", "not_checkable"} and snippet.checked_with:
+        return f"{snippet.status} against deepspeed {snippet.checked_with}"
+    return "not checked"
+
+
+def snippet_out(s: Snippet) -> SnippetOut:
+    return SnippetOut(
+        id=s.id, language=s.language, kind=s.kind, code=s.code, source_url=s.source_url,
+        status=s.status, reason=s.reason, stamp=stamp(s),
+    )
+
+
+def ask(engine: Engine, request: AskRequest) -> AskResponse:
+    index, retriever = engine.require()
+    settings = engine.settings
+    t0 = time.perf_counter()
+    result = retriever.search(request.question, request.k, topic=request.topic, source=request.source)
+    t1 = time.perf_counter()
+    covered = bool(result.hits) and result.relevance >= settings.no_answer_threshold
+    passages = [
+        Passage(
+            id=h.chunk.id, text=h.chunk.text, path=h.chunk.path, url=h.chunk.url, title=h.chunk.title,
+            heading=h.chunk.heading, score=round(h.score, 4), source=h.chunk.source,
+        )
+        for h in result.hits
+    ]
+    snippets: list[SnippetOut] = []
+    for h in result.hits:
+        for sid in h.chunk.snippet_ids:
+            s = index.snippets.get(sid)
+            if s is None or (request.checked_only and s.status != "ok"):
+                continue
+            snippets.append(snippet_out(s))
+    sources = [Source(n=i + 1, title=p.title, heading=p.heading, text=p.text) for i, p in enumerate(passages)]
+    if not covered:
+        answer = NOT_COVERED
+    else:
+        answer = ""
+        if settings.llm_url:
+            try:
+                answer = generated_answer(
+                    request.question, sources[:5], url=settings.llm_url, model=settings.llm_model,
+                    api_key=settings.llm_api_key, timeout_s=settings.llm_timeout_s,
+                )
+            except Exception as exc:  # noqa: BLE001 - any endpoint failure falls back to extractive
+                log.warning("LLM endpoint failed, answering extractively: %s", exc)
+        if not answer:
+            answer = extractive_answer(result.query, sources)
+    t2 = time.perf_counter()
+    return AskResponse(
+        answer=answer,
+        covered=covered,
+        passages=passages,
+        snippets=snippets,
+        index=index.summary(),
+        timings_ms={"retrieve": round((t1 - t0) * 1000, 1), "answer": round((t2 - t1) * 1000, 1), "total": round((t2 - t0) * 1000, 1)},
+        query=result.query,
+    )

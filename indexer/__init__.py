@@ -1,0 +1,1 @@
+"""Sources, parsing, chunking, embedding and the on-disk index."""

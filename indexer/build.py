@@ -1,0 +1,122 @@
+"""Build the index: read every source, chunk, embed (with the vector cache) and write it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from indexer.chunker import ChunkBudget, chunk_document
+from indexer.config_catalogue import deepspeed_version
+from indexer.docs_source import find_docs_root, read_docs_dir, read_notes_dir
+from indexer.documents import Chunk, Document, Snippet
+from indexer.embedder import Embedder, VectorCache, embed_with_cache
+from indexer.package_source import read_api_docs, read_config_catalogue
+from indexer.store import write_index
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BuildReport:
+    path: Path
+    chunks: int
+    snippets: int
+    embedded: int
+    seconds: float
+    by_source: dict[str, int]
+    missing: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "chunks": self.chunks,
+            "snippets": self.snippets,
+            "embedded": self.embedded,
+            "seconds": round(self.seconds, 1),
+            "by_source": self.by_source,
+            "missing": self.missing,
+        }
+
+
+def gather_documents(docs_dir: Path | None, notes_dir: Path | None, include_package: bool = True) -> tuple[list[Document], list[str], Path | None]:
+    """All source documents, plus plain sentences about what is missing."""
+    documents: list[Document] = []
+    missing: list[str] = []
+    root: Path | None = None
+    if docs_dir is not None:
+        root = find_docs_root(docs_dir)
+        documents += read_docs_dir(root)
+    else:
+        missing.append(
+            "DeepSpeed's docs are not indexed: run `dsqa corpus fetch` (needs network) or set "
+            "DSQA_DOCS_DIR to a DeepSpeed checkout, then rebuild with `dsqa index`."
+        )
+    if include_package:
+        documents += read_api_docs()
+        documents += read_config_catalogue(root)
+    if notes_dir is not None:
+        documents += read_notes_dir(notes_dir)
+    return documents, missing, root
+
+
+def chunk_all(documents: list[Document], budget: ChunkBudget = ChunkBudget()) -> tuple[list[Chunk], list[Snippet]]:
+    chunks: list[Chunk] = []
+    snippets: dict[str, Snippet] = {}
+    seen: set[str] = set()
+    for doc in documents:
+        doc_chunks, doc_snippets = chunk_document(doc, budget)
+        for c in doc_chunks:
+            if c.id not in seen:
+                seen.add(c.id)
+                chunks.append(c)
+        for s in doc_snippets:
+            snippets.setdefault(s.id, s)
+    return chunks, list(snippets.values())
+
+
+def build_index(
+    out: Path,
+    embedder: Embedder,
+    *,
+    docs_dir: Path | None,
+    notes_dir: Path | None,
+    cache_dir: Path | None,
+    docs_ref: str | None = None,
+    progress: bool = True,
+    batch_size: int = 32,
+) -> BuildReport:
+    start = time.perf_counter()
+    documents, missing, root = gather_documents(docs_dir, notes_dir)
+    chunks, snippets = chunk_all(documents)
+    if not chunks:
+        raise ValueError("nothing to index: no documents were read")
+    cache = VectorCache(cache_dir, embedder.name) if cache_dir is not None else None
+    texts = [c.search_text for c in chunks]
+    vectors, embedded = embed_with_cache(embedder, texts, [c.id for c in chunks], cache, progress=progress)
+    if cache is not None:
+        cache.save()
+    by_source = dict(Counter(c.source for c in chunks))
+    seconds = time.perf_counter() - start
+    manifest = {
+        "model": embedder.name,
+        "deepspeed_version": deepspeed_version(),
+        "docs_ref": docs_ref or (f"dir:{root}" if root else None),
+        "docs_dir": str(root) if root else None,
+        "counts": {
+            "documents": len(documents),
+            "chunks": len(chunks),
+            "snippets": len(snippets),
+            "by_source": by_source,
+            "snippets_by_kind": dict(Counter(s.kind for s in snippets)),
+        },
+        "missing": missing,
+        "build_seconds": round(seconds, 1),
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    write_index(out, chunks, snippets, vectors, manifest)
+    return BuildReport(out, len(chunks), len(snippets), embedded, time.perf_counter() - start, by_source, missing)

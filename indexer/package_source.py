@@ -1,0 +1,229 @@
+"""The installed deepspeed package as a source: public API docstrings and the config catalogue.
+
+Both become ordinary Documents so the chunker and the retrievers treat them like the docs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from indexer.config_catalogue import ConfigKey, build_catalogue, deepspeed_version
+from indexer.documents import Block, Document, Section
+from indexer.markdown import clean_prose, split_front_matter
+
+log = logging.getLogger(__name__)
+
+# The public API users call. Classes list the methods to document; [] means all public ones.
+API_SYMBOLS: dict[str, list[str] | None] = {
+    "deepspeed.initialize": None,
+    "deepspeed.init_inference": None,
+    "deepspeed.init_distributed": None,
+    "deepspeed.add_config_arguments": None,
+    "deepspeed.runtime.engine.DeepSpeedEngine": [
+        "forward", "backward", "step", "save_checkpoint", "load_checkpoint", "save_16bit_model",
+        "zero_grad", "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+        "is_gradient_accumulation_boundary", "set_gradient_accumulation_boundary", "get_lr", "get_global_grad_norm",
+        "offload_states", "reload_states", "no_sync", "compile", "empty_partition_cache", "destroy",
+    ],
+    "deepspeed.runtime.pipe.engine.PipelineEngine": ["train_batch", "eval_batch", "is_first_stage", "is_last_stage"],
+    "deepspeed.zero.Init": [],
+    "deepspeed.zero.GatheredParameters": [],
+    "deepspeed.zero.register_external_parameter": None,
+    "deepspeed.zero.unregister_external_parameter": None,
+    "deepspeed.runtime.zero.offload_states.OffloadStateTypeEnum": None,
+    "deepspeed.profiling.flops_profiler.FlopsProfiler": [],
+    "deepspeed.profiling.flops_profiler.get_model_profile": None,
+    "deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs_all_live": None,
+    "deepspeed.runtime.zero.stage_1_and_2.estimate_zero2_model_states_mem_needs_all_cold": None,
+    "deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs_all_live": None,
+    "deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs_all_cold": None,
+    "deepspeed.utils.zero_to_fp32.get_fp32_state_dict_from_zero_checkpoint": None,
+    "deepspeed.utils.zero_to_fp32.convert_zero_checkpoint_to_fp32_state_dict": None,
+    "deepspeed.utils.zero_to_fp32.load_state_dict_from_zero_checkpoint": None,
+    "deepspeed.checkpoint.ds_to_universal.main": None,
+    "deepspeed.comm.init_distributed": None,
+    "deepspeed.comm.all_reduce": None,
+    "deepspeed.comm.all_gather": None,
+    "deepspeed.comm.broadcast": None,
+    "deepspeed.comm.barrier": None,
+    "deepspeed.comm.get_rank": None,
+    "deepspeed.comm.get_world_size": None,
+    "deepspeed.comm.reduce_scatter_fn": None,
+    "deepspeed.pipe.PipelineModule": [],
+    "deepspeed.pipe.LayerSpec": [],
+    "deepspeed.pipe.TiedLayerSpec": [],
+    "deepspeed.utils.RepeatingLoader": [],
+    "deepspeed.moe.layer.MoE": [],
+    "deepspeed.moe.utils.split_params_into_different_moe_groups_for_optimizer": None,
+    "deepspeed.checkpointing.configure": None,
+    "deepspeed.checkpointing.checkpoint": None,
+    "deepspeed.ops.adam.DeepSpeedCPUAdam": [],
+    "deepspeed.ops.adam.FusedAdam": [],
+    "deepspeed.runtime.fp16.onebit.adam.OnebitAdam": [],
+    "deepspeed.runtime.fp16.onebit.zoadam.ZeroOneAdam": [],
+    "deepspeed.runtime.fp16.onebit.lamb.OnebitLamb": [],
+    "deepspeed.sequence.layer.DistributedAttention": [],
+    "deepspeed.ops.op_builder.AsyncIOBuilder": [],
+}
+
+GITHUB_SRC = "https://github.com/deepspeedai/DeepSpeed/blob/v{version}/{path}#L{line}"
+CONFIG_URL = "https://www.deepspeed.ai/docs/config-json/"
+_ENTRY = re.compile(r"^<i>\*\*([\w:.\-]+)\*\*</i>\s*:?(.*)$")
+
+
+def _resolve(path: str) -> Any:
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(path)
+
+
+def _signature(obj: Any, name: str) -> str:
+    try:
+        return f"{name}{inspect.signature(obj)}"
+    except (TypeError, ValueError):
+        return name
+
+
+def _source_url(obj: Any, version: str) -> str:
+    try:
+        file = Path(inspect.getsourcefile(obj) or "")
+        line = inspect.getsourcelines(obj)[1]
+    except (OSError, TypeError):
+        return f"https://github.com/deepspeedai/DeepSpeed/tree/v{version}"
+    parts = file.parts
+    rel = "/".join(parts[parts.index("deepspeed") :]) if "deepspeed" in parts else file.name
+    return GITHUB_SRC.format(version=version, path=rel, line=line)
+
+
+def _doc_blocks(doc: str) -> list[Block]:
+    """A docstring as prose paragraphs; indented example blocks stay whole as code."""
+    blocks: list[Block] = []
+    for para in re.split(r"\n\s*\n", inspect.cleandoc(doc)):
+        if not para.strip():
+            continue
+        lines = para.splitlines()
+        if all(line.startswith(("    ", ">>>", "...")) or not line.strip() for line in lines):
+            blocks.append(Block(kind="code", text=inspect.cleandoc(para), language="python"))
+        else:
+            blocks.append(Block(kind="text", text=para.strip()))
+    return blocks
+
+
+def read_api_docs() -> list[Document]:
+    version = deepspeed_version()
+    docs: list[Document] = []
+    for path, methods in API_SYMBOLS.items():
+        try:
+            obj = _resolve(path)
+        except (ImportError, AttributeError) as exc:
+            log.info("API symbol %s not in deepspeed %s: %s", path, version, exc)
+            continue
+        short = path.rsplit(".", 1)[-1]
+        sections: list[Section] = []
+        members: list[tuple[str, Any]] = [(path, obj)]
+        if inspect.isclass(obj) and methods is not None:
+            names = methods or [n for n, _ in inspect.getmembers(obj, callable) if not n.startswith("_")]
+            members += [(f"{path}.{n}", getattr(obj, n)) for n in names if hasattr(obj, n)]
+        for qual, member in members:
+            doc = inspect.getdoc(member) or ""
+            if member is not obj and (not doc or doc == inspect.getdoc(object)):
+                continue
+            blocks = [Block(kind="text", text=f"API `{qual}` in deepspeed {version}. Signature: `{_signature(member, qual.rsplit('.', 1)[-1])}`")]
+            blocks += _doc_blocks(doc) if doc else []
+            sections.append(Section(heading=qual, trail=(f"deepspeed API: {short}", qual), anchor="", blocks=blocks))
+        if sections:
+            docs.append(
+                Document(
+                    path=f"deepspeed-api/{path}",
+                    title=f"deepspeed API: {path}",
+                    url=_source_url(obj, version),
+                    source="api",
+                    sections=sections,
+                    meta={"topic": "api"},
+                )
+            )
+    return docs
+
+
+def config_reference_prose(docs_root: Path | None) -> dict[str, str]:
+    """Entries of docs/_pages/config-json.md, keyed by their name (e.g. 'fp16:loss_scale')."""
+    if docs_root is None:
+        return {}
+    page = docs_root / "docs" / "_pages" / "config-json.md"
+    if not page.is_file():
+        return {}
+    _, body = split_front_matter(page.read_text(encoding="utf-8"))
+    entries: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in body.splitlines():
+        m = _ENTRY.match(line.strip())
+        if m:
+            current = m.group(1)
+            entries.setdefault(current, [])
+            continue
+        if line.startswith("#"):
+            current = None
+        elif current is not None:
+            entries[current].append(line)
+    return {k: clean_prose("\n".join(v)) for k, v in entries.items() if any(s.strip() for s in v)}
+
+
+def _prose_for(key: ConfigKey, prose: dict[str, str]) -> str:
+    parts = key.path.split(".")
+    for name in (":".join(parts), ":".join(parts[1:]), key.name, *key.aliases):
+        if name and name in prose:
+            return prose[name]
+    return ""
+
+
+def describe_key(key: ConfigKey, prose: dict[str, str]) -> str:
+    facts = [f"type {key.type}", f"default {key.default}"]
+    if key.aliases:
+        facts.append("also accepted as " + ", ".join(key.aliases))
+    text = f"`{key.path}` ({'; '.join(facts)})."
+    if key.deprecated:
+        text += f" Deprecated: use `{key.deprecated}` instead." if key.deprecated != "deprecated" else " Deprecated."
+    if key.removed:
+        text += f" Removed in deepspeed {deepspeed_version()}: {key.removed}"
+    if key.doc:
+        text += " " + " ".join(key.doc.split())
+    reference = _prose_for(key, prose)
+    if reference:
+        text += "\nReference: " + reference
+    return text
+
+
+def read_config_catalogue(docs_root: Path | None) -> list[Document]:
+    """One document per top-level section; each key a block, so a chunk holds a key group."""
+    version = deepspeed_version()
+    prose = config_reference_prose(docs_root)
+    by_section: dict[str, list[ConfigKey]] = {}
+    for key in build_catalogue():
+        by_section.setdefault(key.section, []).append(key)
+    docs: list[Document] = []
+    for section, keys in sorted(by_section.items()):
+        blocks = [Block(kind="text", text=describe_key(k, prose)) for k in keys]
+        title = f"DeepSpeed config: {section}"
+        docs.append(
+            Document(
+                path=f"deepspeed-config/{section}",
+                title=title,
+                url=CONFIG_URL,
+                source="config",
+                sections=[Section(heading=section, trail=(title, f"config keys checked against deepspeed {version}"), anchor="", blocks=blocks)],
+                meta={"topic": "config"},
+            )
+        )
+    return docs

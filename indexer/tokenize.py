@@ -1,0 +1,57 @@
+"""Identifier-aware tokenisation for BM25: config keys, dotted API names and CLI flags.
+
+`stage3_max_live_parameters` yields the whole key and its stemmed parts; `deepspeed.zero.Init`
+yields the dotted name, `zero.init` style tails and the parts; `--num_gpus` yields `num_gpus`.
+Pure and deterministic: the index and the queries use the same function.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import Stemmer
+
+_TOKEN = re.compile(r"-{1,2}[A-Za-z][\w\-]*|[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*|\d+(?:\.\d+)?[A-Za-z]*")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+\d*|[A-Z]+\d*|\d+")
+STOPWORDS = frozenset(
+    """a an and are as at be by can do does for from has have how i if in into is it its my of on or
+    so than that the their then there these this to was were what when where which while who why will
+    with would you your me we our should could use using used want need get one also any all not no
+    just more most other some such only own same very s t just don""".split()
+)
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Stemmer.Stemmer:
+    return Stemmer.Stemmer("english")
+
+
+def _is_identifier(raw: str) -> bool:
+    core = raw.lstrip("-")
+    return raw.startswith("-") or "_" in core or "." in core or bool(re.search(r"[a-z][A-Z]", core))
+
+
+def tokenize(text: str) -> list[str]:
+    stem = _stemmer().stemWord
+    tokens: list[str] = []
+    for m in _TOKEN.finditer(text):
+        raw = m.group(0).rstrip(".-")
+        core = raw.lstrip("-")
+        if not core:
+            continue
+        if _is_identifier(raw):
+            low = core.lower()
+            tokens.append(low)
+            if "." in low:  # deepspeed.zero.init -> zero.init, init
+                segments = low.split(".")
+                tokens.extend(".".join(segments[i:]) for i in range(1, len(segments) - 1))
+        for part in re.split(r"[._\-]+", core):
+            pieces = _CAMEL.findall(part)
+            if not pieces or any(len(p) < 3 for p in pieces):  # ZeRO, GPT2: keep whole
+                pieces = [part]
+            for piece in pieces:
+                low = piece.lower()
+                if len(low) > 1 and low not in STOPWORDS:
+                    tokens.append(stem(low))
+    return tokens
