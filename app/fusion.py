@@ -40,8 +40,7 @@ def shingles(text: str, n: int = 5) -> set[tuple[str, ...]]:
 
 
 def near_duplicate(a: set[tuple[str, ...]], b: set[tuple[str, ...]], threshold: float = 0.8) -> bool:
-    """Containment of the smaller shingle set in the larger one."""
+    """Jaccard overlap of word 5-gram sets: the same passage twice, not one quoting the other."""
     if not a or not b:
         return False
-    small, large = (a, b) if len(a) <= len(b) else (b, a)
-    return len(small & large) / len(small) >= threshold
+    return len(a & b) / len(a | b) >= threshold

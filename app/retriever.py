@@ -58,6 +58,7 @@ class HybridRetriever:
         dense_weight: float = 0.4,
         depth: int = 100,
         dedupe: bool = True,
+        source_priors: dict[str, float] | None = None,
     ):
         self.index = index
         self.embedder = embedder
@@ -66,6 +67,9 @@ class HybridRetriever:
         self.dense_weight = dense_weight
         self.depth = depth
         self.dedupe = dedupe
+        # our notes summarise; on equal evidence the docs they cite should rank first
+        # and release posts (blogs, _posts) rank after the tutorials and references
+        self.source_priors = source_priors if source_priors is not None else {"notes": 0.7, "news": 0.9}
         self._shingles: dict[int, set[tuple[str, ...]]] = {}
 
     def _bm25_scores(self, query: str) -> np.ndarray:
@@ -102,6 +106,8 @@ class HybridRetriever:
         if has_cjk(question):  # an expanded query is a bag of terms: lean on BM25 less
             weight_bm25 = self.bm25_weight * 0.8
         fused = weighted_fusion(bm25[ids], cos, weight_bm25, 1.0 - weight_bm25 if self.dense_weight else 0.0)
+        if self.source_priors:
+            fused = fused * np.array([self._prior(chunks[i]) for i in ids])
         order = np.argsort(-fused)
         hits: list[Hit] = []
         kept: list[int] = []
@@ -122,6 +128,12 @@ class HybridRetriever:
             if int(i) not in known:
                 known[int(i)] = float(np.dot(self.index.vectors.reconstruct(int(i)), qv))
         return np.array([known[int(i)] for i in ids], dtype=np.float64)
+
+    def _prior(self, chunk: Chunk) -> float:
+        prior = self.source_priors.get(chunk.source, 1.0)
+        if chunk.path.startswith(("blogs/", "docs/_posts/")):
+            prior *= self.source_priors.get("news", 1.0)
+        return prior
 
     def _shingle(self, idx: int) -> set[tuple[str, ...]]:
         if idx not in self._shingles:

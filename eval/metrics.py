@@ -109,7 +109,7 @@ def summarise(scored: list[Scored]) -> dict[str, Any]:
             "median_top5_words": statistics.median(words) if words else 0,
         }
 
-    out = {"all": block(scored)}
+    out: dict[str, Any] = {"all": block(scored)}
     for lang in sorted({r.lang for r in scored}):
         out[lang] = block([r for r in scored if r.lang == lang])
     out["misses@5"] = [r.id for r in scored if not r.hit(5)]

@@ -64,7 +64,8 @@ def gather_documents(docs_dir: Path | None, notes_dir: Path | None, include_pack
     return documents, missing, root
 
 
-def chunk_all(documents: list[Document], budget: ChunkBudget = ChunkBudget()) -> tuple[list[Chunk], list[Snippet]]:
+def chunk_all(documents: list[Document], budget: ChunkBudget | None = None) -> tuple[list[Chunk], list[Snippet]]:
+    budget = budget or ChunkBudget()
     chunks: list[Chunk] = []
     snippets: dict[str, Snippet] = {}
     seen: set[str] = set()

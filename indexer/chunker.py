@@ -85,7 +85,8 @@ def _pack(units: list[list[Block]], budget: ChunkBudget) -> list[list[Block]]:
     return groups
 
 
-def chunk_document(doc: Document, budget: ChunkBudget = ChunkBudget()) -> tuple[list[Chunk], list[Snippet]]:
+def chunk_document(doc: Document, budget: ChunkBudget | None = None) -> tuple[list[Chunk], list[Snippet]]:
+    budget = budget or ChunkBudget()
     chunks: list[Chunk] = []
     snippets: list[Snippet] = []
     topic = str(doc.meta.get("topic", ""))

@@ -105,7 +105,7 @@ class VectorCache:
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp.npz")
-        np.savez(tmp, **self._data)
+        np.savez(tmp, **self._data)  # type: ignore[arg-type]
         os.replace(tmp, self.path)
 
 

@@ -1,0 +1,233 @@
+"""The `dsqa` command: thin sub-commands over the indexer, the `ask` core and the evaluators."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is imported anywhere
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from app.errors import DsqaError, as_text  # noqa: E402
+from app.settings import Settings  # noqa: E402
+
+log = logging.getLogger("dsqa")
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def resolve_docs_dir(settings: Settings, explicit: Path | None, *, try_fetch: bool) -> tuple[Path | None, str]:
+    """Docs to index: --docs, DSQA_DOCS_DIR, the fetched default, or a fetch now; else none."""
+    from indexer.fetch import FetchError, current_docs_dir, fetch_docs
+
+    if explicit is not None:
+        return explicit, f"dir:{explicit}"
+    if settings.docs_dir is not None:
+        return settings.docs_dir, f"dir:{settings.docs_dir}"
+    fetched = current_docs_dir(settings.cache_dir)
+    if fetched is not None:
+        return fetched, fetched.name
+    if try_fetch:
+        ref = settings.docs_ref or _default_ref()
+        try:
+            result = fetch_docs(settings.cache_dir, ref, settings.docs_url_template, timeout_s=settings.fetch_timeout_s, retries=settings.fetch_retries)
+            return result.docs_dir, ref
+        except FetchError as exc:
+            print(f"dsqa: could not fetch DeepSpeed's docs ({exc}).", file=sys.stderr)
+    return None, ""
+
+
+def _default_ref() -> str:
+    from indexer.config_catalogue import deepspeed_version
+
+    return f"v{deepspeed_version()}"
+
+
+def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
+    from indexer.build import build_index
+    from indexer.embedder import SentenceTransformerEmbedder
+
+    out = args.out or settings.index_dir
+    docs_dir, ref = resolve_docs_dir(settings, args.docs, try_fetch=False)
+    embedder = SentenceTransformerEmbedder(settings.embedding_model)
+    report = build_index(
+        out, embedder, docs_dir=docs_dir, notes_dir=settings.notes_dir, cache_dir=settings.cache_dir,
+        docs_ref=ref or None, progress=not args.quiet, batch_size=settings.embed_batch_size,
+    )
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        print(f"indexed {report.chunks} chunks ({report.by_source}), {report.snippets} snippets, "
+              f"embedded {report.embedded} new, in {report.seconds:.1f}s -> {report.path}")
+    for line in report.missing:
+        print(f"note: {line}", file=sys.stderr)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from app.api import create_app
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    uvicorn.run(create_app(settings), host=args.host or settings.host, port=args.port or settings.port, log_level="info")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    """The main job: build the index on first run, then serve."""
+    from indexer.store import IndexError_, read_manifest
+
+    try:
+        read_manifest(settings.index_dir)
+        print(f"dsqa: using the index at {settings.index_dir} (rebuild with `dsqa index`)")
+    except IndexError_:
+        docs_dir, ref = resolve_docs_dir(settings, None, try_fetch=True)
+        if docs_dir is None:
+            print(
+                "dsqa: DeepSpeed's docs are missing, so this index holds only the installed package's API docs, "
+                "the config catalogue and our notes.\n  To add the docs: `dsqa corpus fetch` (needs github.com), or "
+                "DSQA_DOCS_DIR=/path/to/DeepSpeed, then `dsqa index`.",
+                file=sys.stderr,
+            )
+        ns = argparse.Namespace(out=settings.index_dir, docs=docs_dir, quiet=False, json=False)
+        cmd_index(ns, settings)
+    return cmd_serve(argparse.Namespace(index=None, host=args.host, port=args.port), settings)
+
+
+def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
+    from app.api import load_engine
+    from app.ask import ask
+    from app.errors import InvalidInput
+    from app.schemas import AskRequest
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    try:
+        request = AskRequest(question=args.question, k=args.k, topic=args.topic)
+    except ValueError as exc:
+        raise InvalidInput(str(exc).splitlines()[-1] if str(exc) else "invalid question", field_name="question") from exc
+    response = ask(load_engine(settings), request)
+    if args.json:
+        _print_json(response.model_dump())
+        return 0
+    print(response.answer, "\n")
+    for n, p in enumerate(response.passages, 1):
+        print(f"[{n}] {p.title} > {p.heading}\n    {p.url}")
+    for s in response.snippets[:3]:
+        print(f"\n--- snippet {s.id} ({s.kind}, {s.stamp}) from {s.source_url}\n{s.code}")
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
+    from indexer.fetch import fetch_docs
+
+    ref = args.ref or settings.docs_ref or _default_ref()
+    result = fetch_docs(
+        settings.cache_dir, ref, args.url or settings.docs_url_template, sha256=args.sha256,
+        timeout_s=settings.fetch_timeout_s, retries=settings.fetch_retries, force=args.force,
+    )
+    how = "reused cached" if result.from_cache else f"downloaded {result.bytes} bytes,"
+    print(f"{how} docs for {result.ref} (sha256 {result.sha256[:12]}) -> {result.docs_dir}; now the default docs dir")
+    return 0
+
+
+def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
+    from eval.retrieval_eval import run_retrieval_eval
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    summary = run_retrieval_eval(settings, args.questions, baseline=args.baseline)
+    if args.json:
+        _print_json(summary)
+    else:
+        for name, block in summary.items():
+            if isinstance(block, dict) and "hit@5" in block:
+                print(f"{name:>12}: n={block['n']} hit@1={block['hit@1']:.3f} hit@5={block['hit@5']:.3f} "
+                      f"hit@10={block['hit@10']:.3f} MRR@10={block['mrr@10']:.3f} nDCG@10={block['ndcg@10']:.3f} "
+                      f"mentions={block['mention_share']:.3f} median_words={block['median_top5_words']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dsqa", description="Q&A over DeepSpeed's docs, API and config, with checked snippets.")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("index", help="build the index")
+    s.add_argument("--docs", type=Path, help="DeepSpeed checkout or its docs/ folder")
+    s.add_argument("--out", type=Path, help="index folder (default DSQA_INDEX_DIR or var/index)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_index)
+
+    s = sub.add_parser("serve", help="serve the HTTP API")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--host")
+    s.add_argument("--port", type=int)
+    s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("up", help="build the index on first run, then serve")
+    s.add_argument("--host")
+    s.add_argument("--port", type=int)
+    s.set_defaults(fn=cmd_up)
+
+    s = sub.add_parser("ask", help="ask one question")
+    s.add_argument("question")
+    s.add_argument("--k", type=int, default=5)
+    s.add_argument("--topic")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_ask)
+
+    corpus = sub.add_parser("corpus", help="manage sources").add_subparsers(dest="corpus_command", required=True)
+    s = corpus.add_parser("fetch", help="download DeepSpeed's docs for a ref")
+    s.add_argument("--ref", help="git ref, default v<installed deepspeed>")
+    s.add_argument("--sha256", help="expected sha256 of the tarball")
+    s.add_argument("--url", help="URL template with {ref} (default: GitHub codeload)")
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(fn=cmd_fetch)
+
+    ev = sub.add_parser("eval", help="evaluate").add_subparsers(dest="eval_command", required=True)
+    s = ev.add_parser("retrieval", help="hit@k, MRR@10, nDCG@10 and mention share on labelled questions")
+    s.add_argument("--questions", type=Path, required=True)
+    s.add_argument("--index", type=Path)
+    s.add_argument("--baseline", action="store_true", help="also score BM25 alone on the same chunks")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_eval_retrieval)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    try:
+        return int(args.fn(args, settings) or 0)
+    except DsqaError as exc:
+        print(f"dsqa: {as_text(exc)}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"dsqa: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the fetch and index errors carry their own clear message
+        from indexer.fetch import FetchError
+        from indexer.store import IndexError_
+
+        if isinstance(exc, FetchError | IndexError_):
+            print(f"dsqa: error: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

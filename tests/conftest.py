@@ -1,0 +1,166 @@
+"""Shared fixtures: the real docs, a tiny docs tree, the real model and index (built once)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _real_docs() -> Path | None:
+    env = os.environ.get("DSQA_TEST_DOCS")
+    for candidate in [Path(env)] if env else [REPO.parent / "shared" / "deepspeed-docs"]:
+        if (candidate / "docs").is_dir():
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def real_docs() -> Path:
+    docs = _real_docs()
+    if docs is None:
+        pytest.skip("DeepSpeed docs not found: set DSQA_TEST_DOCS to a DeepSpeed checkout")
+    return docs
+
+
+@pytest.fixture(scope="session")
+def dev_questions() -> Path:
+    path = REPO.parent / "shared" / "eval" / "dev.jsonl"
+    if not path.is_file():
+        pytest.skip("../shared/eval/dev.jsonl not found")
+    return path
+
+
+TUTORIAL = """---
+title: "Tiny Tutorial"
+tags: training
+---
+
+Intro paragraph about {% include note.html %} the ZeRO optimizer and `stage3_max_live_parameters`.
+
+## Configure ZeRO
+
+Set the stage in the config<i>**!**</i>:
+
+```json
+{
+  "train_batch_size": 8,
+  "zero_optimization": {"stage": 2, "overlap_comm": true}
+}
+```
+
+| Field | Meaning |
+| ----- | ------- |
+| overlap\\_comm | overlaps reduction with backward |
+
+### Launch
+
+Run it:
+
+```bash
+deepspeed --num_gpus 2 train.py --deepspeed_config ds.json
+```
+"""
+
+RST = """Pipeline Parallelism
+====================
+
+Intro to pipelines.
+
+Model Specification
+-------------------
+
+Use ``PipelineModule`` to build it.
+
+.. code-block:: python
+
+    net = PipelineModule(layers=layers, num_stages=2)
+    engine, _, _, _ = deepspeed.initialize(model=net)
+
+.. autoclass:: deepspeed.pipe.PipelineModule
+"""
+
+
+@pytest.fixture()
+def tiny_docs(tmp_path: Path) -> Path:
+    root = tmp_path / "DeepSpeed"
+    (root / "docs" / "_tutorials").mkdir(parents=True)
+    (root / "docs" / "code-docs" / "source").mkdir(parents=True)
+    (root / "docs" / "_config.yml").write_text("url: https://www.deepspeed.ai\ncollections:\n  tutorials:\n    permalink: /:collection/:path/\n")
+    (root / "docs" / "_tutorials" / "tiny.md").write_text(TUTORIAL)
+    (root / "docs" / "code-docs" / "source" / "pipeline.rst").write_text(RST)
+    return root
+
+
+@pytest.fixture(scope="session")
+def embedder():  # the real model, loaded once
+    from indexer.embedder import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder()
+
+
+@pytest.fixture(scope="session")
+def real_index(real_docs: Path, embedder, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The index of the real docs + package + notes with the real model, built once a session."""
+    from corpus import NOTES_DIR
+    from indexer.build import build_index
+
+    out = tmp_path_factory.mktemp("index") / "index"
+    cache = Path(os.environ.get("DSQA_TEST_CACHE", str(tmp_path_factory.mktemp("cache"))))
+    build_index(out, embedder, docs_dir=real_docs, notes_dir=NOTES_DIR, cache_dir=cache, progress=False)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerThread:
+    """A real uvicorn server in a background thread, on a free loopback port."""
+
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def real_server(real_index: Path, embedder) -> Iterator[ServerThread]:
+    from app.api import create_app, load_engine
+    from app.settings import Settings
+
+    settings = Settings(index_dir=real_index)
+    engine = load_engine(settings, embedder)
+    with ServerThread(create_app(settings, engine)) as server:
+        yield server

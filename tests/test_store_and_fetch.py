@@ -1,0 +1,146 @@
+"""Index build and atomic store, and `corpus fetch` against a local HTTP server."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from indexer.build import build_index
+from indexer.embedder import HashEmbedder
+from indexer.fetch import FetchError, current_docs_dir, fetch_docs
+from indexer.store import IndexError_, load_index
+
+
+def test_build_writes_manifest_and_reuses_vectors(tiny_docs: Path, tmp_path: Path) -> None:
+    emb = HashEmbedder()
+    out, cache = tmp_path / "index", tmp_path / "cache"
+    first = build_index(out, emb, docs_dir=tiny_docs, notes_dir=None, cache_dir=cache, progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"] == "hash-64" and manifest["dimension"] == 64
+    assert manifest["counts"]["chunks"] == first.chunks > 0
+    assert manifest["deepspeed_version"] and manifest["checksums"]["chunks.jsonl"]
+    assert {"docs", "api", "config"} <= set(manifest["counts"]["by_source"])
+    second = build_index(out, emb, docs_dir=tiny_docs, notes_dir=None, cache_dir=cache, progress=False)
+    assert second.embedded == 0  # everything came from the vector cache
+    idx = load_index(out)
+    assert len(idx.chunks) == first.chunks and idx.vectors.ntotal == first.chunks
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".index")]  # no temp dirs left
+
+
+def test_failed_build_keeps_previous_index(tiny_docs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "index"
+    build_index(out, HashEmbedder(), docs_dir=tiny_docs, notes_dir=None, cache_dir=None, progress=False)
+    before = (out / "manifest.json").read_text()
+
+    class Broken(HashEmbedder):
+        def embed(self, texts, *, batch_size=32, progress=False):  # type: ignore[no-untyped-def]
+            raise RuntimeError("model crashed mid-build")
+
+    with pytest.raises(RuntimeError):
+        build_index(out, Broken(), docs_dir=tiny_docs, notes_dir=None, cache_dir=None, progress=False)
+    assert (out / "manifest.json").read_text() == before
+    load_index(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DeepSpeed", "index"]  # no temp dir left
+
+
+def test_damaged_index_is_refused(tiny_docs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "index"
+    build_index(out, HashEmbedder(), docs_dir=tiny_docs, notes_dir=None, cache_dir=None, progress=False)
+    with (out / "chunks.jsonl").open("a") as f:
+        f.write("{}\n")
+    with pytest.raises(IndexError_, match="damaged"):
+        load_index(out)
+    with pytest.raises(IndexError_, match="manifest.json is missing"):
+        load_index(tmp_path / "nowhere")
+
+
+def _tarball(docs: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for sub in ["docs", "blogs", "README.md"]:
+            if (docs / sub).exists():
+                tar.add(docs / sub, arcname=f"DeepSpeed-0.19.8/{sub}")
+        extra = b"print('not docs')\n"
+        info = tarfile.TarInfo("DeepSpeed-0.19.8/setup.py")
+        info.size = len(extra)
+        tar.addfile(info, io.BytesIO(extra))
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tarball_server(real_docs: Path) -> Iterator[tuple[str, bytes]]:
+    body = _tarball(real_docs)
+    hits: dict[str, int] = {"flaky": 0}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path.endswith("/v0.19.8"):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            elif self.path.endswith("/truncated"):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2])
+            elif self.path.endswith("/flaky"):
+                hits["flaky"] += 1
+                if hits["flaky"] < 2:
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            else:
+                self.send_response(404)
+                self.end_headers()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/tar/{{ref}}", body
+    server.shutdown()
+
+
+def test_fetch_extracts_only_docs_and_sets_default(tarball_server: tuple[str, bytes], tmp_path: Path) -> None:
+    url, body = tarball_server
+    digest = hashlib.sha256(body).hexdigest()
+    result = fetch_docs(tmp_path, "v0.19.8", url, sha256=digest, progress=False)
+    assert result.sha256 == digest and not result.from_cache
+    assert (result.docs_dir / "docs/_tutorials/zero.md").is_file()
+    assert not (result.docs_dir / "setup.py").exists()
+    assert current_docs_dir(tmp_path) == result.docs_dir
+    again = fetch_docs(tmp_path, "v0.19.8", url, progress=False)
+    assert again.from_cache
+
+
+def test_partial_download_leaves_no_cache(tarball_server: tuple[str, bytes], tmp_path: Path) -> None:
+    url, _ = tarball_server
+    with pytest.raises(FetchError):
+        fetch_docs(tmp_path, "truncated", url, progress=False, retries=2)
+    leftovers = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert leftovers == [] and current_docs_dir(tmp_path) is None
+
+
+def test_fetch_errors_are_clear(tarball_server: tuple[str, bytes], tmp_path: Path) -> None:
+    url, _ = tarball_server
+    with pytest.raises(FetchError, match="404"):
+        fetch_docs(tmp_path, "v9.9.9", url, progress=False)
+    with pytest.raises(FetchError, match="checksum mismatch"):
+        fetch_docs(tmp_path, "v0.19.8", url, sha256="0" * 64, progress=False)
+    assert current_docs_dir(tmp_path) is None
+    assert fetch_docs(tmp_path, "flaky", url, progress=False, retries=3).bytes > 0  # retried after a 503
