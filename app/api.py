@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,11 +14,12 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from app.ask import Engine, ask
-from app.errors import DsqaError, IndexUnusable, to_reply
+from app.errors import DsqaError, IndexUnusable, InvalidInput, to_reply
 from app.glossary import Glossary
 from app.retriever import HybridRetriever
 from app.schemas import AskRequest, AskResponse
 from app.settings import Settings
+from indexer.config_check import validate_config
 from indexer.embedder import Embedder, SentenceTransformerEmbedder
 from indexer.store import IndexError_, load_index
 
@@ -97,5 +99,19 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
     @app.post("/ask", response_model=AskResponse, tags=["ask"])
     async def ask_route(body: AskRequest, request: Request) -> AskResponse:
         return await run_in_threadpool(ask, request.app.state.engine, body)
+
+    @app.post("/validate-config", tags=["config"])
+    async def validate_config_route(request: Request, world_size: int = 1) -> JSONResponse:
+        raw = await request.body()
+        try:
+            data = json.loads(raw) if raw.strip() else None
+            if isinstance(data, str):  # a config sent as a JSON string
+                data = json.loads(data)
+        except ValueError as exc:
+            raise InvalidInput(f"body is not JSON: {exc}", field_name="body") from exc
+        if world_size < 1 or world_size > 1_000_000:
+            raise InvalidInput("world_size must be between 1 and 1000000", field_name="world_size")
+        result = await run_in_threadpool(validate_config, data, world_size)
+        return JSONResponse(status_code=200, content=result.to_json())
 
     return app

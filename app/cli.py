@@ -158,6 +158,56 @@ def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_validate_config(args: argparse.Namespace, settings: Settings) -> int:
+    from indexer.config_check import validate_config
+
+    try:
+        data = json.loads(Path(args.file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeError, ValueError) as exc:
+        print(f"dsqa: cannot read {args.file} as JSON: {exc}", file=sys.stderr)
+        return 2
+    result = validate_config(data, world_size=args.world_size)
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        print("valid" if result.valid else "invalid")
+        for label, items in (("error", result.errors), ("warning", result.warnings)):
+            for f in items:
+                hint = f" ({f.suggestion})" if f.suggestion else ""
+                print(f"{label}: {f.pointer or '/'}: {f.message}{hint}\n    see {f.doc_url}")
+    return 0 if result.valid else 1
+
+
+def cmd_snippets_report(args: argparse.Namespace, settings: Settings) -> int:
+    from collections import Counter
+
+    from indexer.store import load_index
+
+    index = load_index(args.index or settings.index_dir)
+    snippets = list(index.snippets.values())
+    failing = [s for s in snippets if s.status == "failed" and s.path.startswith(("docs/", "blogs/", "README"))]
+    by_kind = dict(Counter(s.kind for s in snippets))
+    by_status = dict(Counter(s.status for s in snippets))
+    report: dict[str, Any] = {
+        "total": len(snippets),
+        "by_kind": by_kind,
+        "by_status": by_status,
+        "unclassified": sum(1 for s in snippets if not s.kind),
+        "checked_with": index.manifest.get("deepspeed_version"),
+        "stale_docs_snippets": [{"id": s.id, "kind": s.kind, "path": s.path, "source_url": s.source_url, "reason": s.reason} for s in failing],
+    }
+    if args.json:
+        _print_json(report)
+        return 0
+    print(f"{report['total']} snippets checked against deepspeed {report['checked_with']}")
+    print("by kind:   " + ", ".join(f"{k} {v}" for k, v in sorted(by_kind.items())))
+    print("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())))
+    print(f"unclassified: {report['unclassified']}\n\ndocs snippets that fail against the installed deepspeed:")
+    for s in failing:
+        print(f"- [{s.kind}] {s.source_url}\n    {s.reason}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dsqa", description="Q&A over DeepSpeed's docs, API and config, with checked snippets.")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -196,6 +246,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--url", help="URL template with {ref} (default: GitHub codeload)")
     s.add_argument("--force", action="store_true")
     s.set_defaults(fn=cmd_fetch)
+
+    s = sub.add_parser("validate-config", help="check a DeepSpeed config against the installed deepspeed")
+    s.add_argument("file", type=Path)
+    s.add_argument("--world-size", type=int, default=1)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_validate_config)
+
+    snippets = sub.add_parser("snippets", help="snippet checks").add_subparsers(dest="snippets_command", required=True)
+    s = snippets.add_parser("report", help="counts by kind and status, and stale docs snippets")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_snippets_report)
 
     ev = sub.add_parser("eval", help="evaluate").add_subparsers(dest="eval_command", required=True)
     s = ev.add_parser("retrieval", help="hit@k, MRR@10, nDCG@10 and mention share on labelled questions")

@@ -16,6 +16,7 @@ from indexer.docs_source import find_docs_root, read_docs_dir, read_notes_dir
 from indexer.documents import Chunk, Document, Snippet
 from indexer.embedder import Embedder, VectorCache, embed_with_cache
 from indexer.package_source import read_api_docs, read_config_catalogue
+from indexer.snippet_check import check_snippet
 from indexer.store import write_index
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ def build_index(
     start = time.perf_counter()
     documents, missing, root = gather_documents(docs_dir, notes_dir)
     chunks, snippets = chunk_all(documents)
+    snippets = [check_snippet(s) for s in snippets]
     if not chunks:
         raise ValueError("nothing to index: no documents were read")
     cache = VectorCache(cache_dir, embedder.name) if cache_dir is not None else None
@@ -114,6 +116,7 @@ def build_index(
             "snippets": len(snippets),
             "by_source": by_source,
             "snippets_by_kind": dict(Counter(s.kind for s in snippets)),
+            "snippets_by_status": dict(Counter(s.status for s in snippets)),
         },
         "missing": missing,
         "build_seconds": round(seconds, 1),

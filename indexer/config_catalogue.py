@@ -9,8 +9,10 @@ Two readers, both over the installed package, never a copy of its schema:
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import inspect
+import io
 import os
 import textwrap
 import typing
@@ -173,7 +175,8 @@ def _run_parser(cfg: dict[str, Any]) -> Exception | None:
     from deepspeed.runtime.config import DeepSpeedConfig
 
     try:
-        DeepSpeedConfig(cfg)
+        with contextlib.redirect_stdout(io.StringIO()):
+            DeepSpeedConfig(cfg)
     except Exception as exc:  # noqa: BLE001 - we record what DeepSpeed says
         return exc
     return None

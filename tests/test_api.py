@@ -90,3 +90,12 @@ def test_not_ready_without_index(tmp_path: Path) -> None:
         assert httpx.get(server.url + "/readyz").status_code == 503
         r = httpx.post(server.url + "/ask", json={"question": "zero"})
         assert r.status_code == 503 and r.json()["error"] == "index_not_ready"
+
+
+def test_validate_config_route(small_server: ServerThread) -> None:
+    ok = httpx.post(small_server.url + "/validate-config", json={"train_batch_size": 8, "bf16": {"enabled": True}}, timeout=30)
+    assert ok.status_code == 200 and ok.json()["valid"] is True
+    as_string = httpx.post(small_server.url + "/validate-config", json='{"train_batch_size": 8, "fp16": {"enabld": true}}', timeout=30)
+    assert as_string.json()["errors"][0]["pointer"] == "/fp16/enabld"
+    junk = httpx.post(small_server.url + "/validate-config", content=b"{nope", headers={"content-type": "application/json"})
+    assert junk.status_code == 422 and junk.json()["field"] == "body"

@@ -1,0 +1,120 @@
+"""The config validator and the static snippet checks, against the installed deepspeed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from indexer.config_check import validate_config
+from indexer.snippet_check import check_ds_config, check_hostfile, check_launcher, check_python
+
+SEED = {
+    "train_batch_size": 16,
+    "fp16": {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000},
+    "zero_optimization": {
+        "stage": 2, "overlap_comm": True, "contiguous_gradients": True,
+        "offload_optimizer": {"device": "cpu", "pin_memory": True},
+    },
+}
+
+
+def _errors(cfg: object, world_size: int = 1) -> list[dict]:
+    return validate_config(cfg, world_size).to_json()["errors"]
+
+
+def test_seed_config_is_valid() -> None:
+    result = validate_config(SEED)
+    assert result.valid, result.to_json()
+
+
+def test_misspelt_keys_at_any_depth_with_did_you_mean() -> None:
+    errs = _errors({"train_batch_size": 8, "zero_optimisation": {"stage": 1}, "fp16": {"enabled": True, "loss_scael": 0}})
+    by_pointer = {e["pointer"]: e for e in errs}
+    assert by_pointer["/zero_optimisation"]["suggestion"] == "did you mean 'zero_optimization'?"
+    assert by_pointer["/fp16/loss_scael"]["suggestion"] == "did you mean 'loss_scale'?"
+    assert all(e["doc_url"].startswith("https://www.deepspeed.ai/docs/config-json/") for e in errs)
+    deep = _errors({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memroy": True}}})
+    assert deep[0]["pointer"] == "/zero_optimization/offload_param/pin_memroy" and "pin_memory" in deep[0]["suggestion"]
+
+
+def test_types_values_removed_and_both_precisions() -> None:
+    errs = _errors({"train_batch_size": 8, "zero_optimization": {"stage": 2, "overlap_comm": "yes"}, "gradient_clipping": "high"})
+    assert {e["pointer"] for e in errs} >= {"/zero_optimization/overlap_comm", "/gradient_clipping"}
+    removed = _errors({"train_batch_size": 8, "amp": {"enabled": True}})
+    assert removed[0]["pointer"] == "/amp" and "removed" in removed[0]["message"]
+    both = _errors({"train_batch_size": 8, "fp16": {"enabled": True}, "bf16": {"enabled": True}})
+    assert any("both enabled" in e["message"] for e in both)
+    bad_value = _errors({"train_batch_size": -4})
+    assert bad_value and "deepspeed's own config parser" in bad_value[0]["message"]
+
+
+def test_batch_arithmetic_uses_world_size() -> None:
+    cfg = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}
+    assert _errors(cfg, world_size=4) == []
+    errs = _errors(cfg, world_size=1)
+    assert errs[0]["pointer"] == "/train_batch_size" and "set train_batch_size to 8" in errs[0]["suggestion"]
+
+
+def test_offload_warnings_and_refused_optimizer() -> None:
+    result = validate_config({"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})
+    assert result.valid and result.warnings[0].pointer == "/zero_optimization/offload_param"
+    errs = _errors({"train_batch_size": 8, "optimizer": {"type": "Lamb", "params": {"lr": 0.001}},
+                    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})
+    assert errs[0]["pointer"] == "/optimizer/type"
+
+
+def test_hf_auto_values_are_valid() -> None:
+    cfg = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+           "bf16": {"enabled": "auto"}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+           "zero_optimization": {"stage": 3, "stage3_max_live_parameters": "auto", "reduce_bucket_size": "auto"}}
+    assert validate_config(cfg).valid
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(
+        st.sampled_from(["train_batch_size", "fp16", "zero_optimization", "stage", "enabled", "offload_param", "x", "bf16", "device"]) | st.text(max_size=6),
+        children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(json_values)
+def test_validator_never_crashes(value: object) -> None:
+    out = validate_config(value).to_json()
+    assert isinstance(out["valid"], bool)
+    json.dumps(out)
+
+
+def test_snippet_checks() -> None:
+    assert check_ds_config(json.dumps(SEED))[0] == "ok"
+    assert check_ds_config('{\n  "zero_optimization": {"stage": 3},  // comment\n}')[0] == "fragment"
+    assert check_ds_config('{"train_batch_size": 8, "zero_optimization": {"stag": 2}}')[0] == "failed"
+    assert check_python("import deepspeed\nengine = deepspeed.initialize")[0] == "ok"
+    status, reason = check_python("from deepspeed.ops.sparse_attention import SparseSelfAttention")
+    assert status == "failed" and "sparse_attention" in reason
+    assert check_python("    def f(self):\n        return 1")[0] == "ok"  # dedented excerpt
+    assert check_launcher("deepspeed --num_gpus 2 train.py --deepspeed_config ds.json")[0] == "ok"
+    status, reason = check_launcher("deepspeed --num_gpuz 2 train.py")
+    assert status == "failed" and "num_gpuz" in reason
+    assert check_launcher("deepspeed --num_gpus <n> train.py")[0] == "fragment"
+    assert check_hostfile("worker-1 slots=4\nworker-2 slots=8")[0] == "ok"
+    assert check_hostfile("worker-1 gpus=4")[0] == "failed"
+
+
+def test_validate_config_cli_exit_codes(tmp_path: Path) -> None:
+    good, bad, junk = tmp_path / "good.json", tmp_path / "bad.json", tmp_path / "junk.json"
+    good.write_text(json.dumps(SEED))
+    bad.write_text(json.dumps({"train_batch_size": 8, "zero_optimisation": {}}))
+    junk.write_text("{not json")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "app.cli", "validate-config", *a], capture_output=True, text=True)  # noqa: E731
+    assert run(str(good)).returncode == 0
+    out = run(str(bad), "--json")
+    assert out.returncode == 1 and json.loads(out.stdout)["errors"][0]["pointer"] == "/zero_optimisation"
+    assert run(str(junk)).returncode == 2
