@@ -208,6 +208,17 @@ def cmd_snippets_report(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_skill_export(args: argparse.Namespace, settings: Settings) -> int:
+    from app.skill_bundle import export_skill
+    from indexer.store import load_index
+
+    index = load_index(args.index or settings.index_dir)
+    report = export_skill(args.dir, settings.notes_dir, index.snippets)
+    print(f"skill bundle -> {report.path}: {report.references} reference files, "
+          f"{report.snippets_kept} verified snippets kept, {report.snippets_dropped} unverified left out")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dsqa", description="Q&A over DeepSpeed's docs, API and config, with checked snippets.")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -258,6 +269,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--index", type=Path)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_snippets_report)
+
+    skill = sub.add_parser("skill", help="skill bundle for AI coding assistants").add_subparsers(dest="skill_command", required=True)
+    s = skill.add_parser("export", help="write SKILL.md and reference files")
+    s.add_argument("dir", type=Path)
+    s.add_argument("--index", type=Path)
+    s.set_defaults(fn=cmd_skill_export)
 
     ev = sub.add_parser("eval", help="evaluate").add_subparsers(dest="eval_command", required=True)
     s = ev.add_parser("retrieval", help="hit@k, MRR@10, nDCG@10 and mention share on labelled questions")
