@@ -15,6 +15,7 @@ from indexer.tokenize import STOPWORDS, tokenize
 log = logging.getLogger(__name__)
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(])")
+_LIST_MARK = re.compile(r"^(?:[-*+]|\d+[.)])\s+")
 _CODE_FENCE = re.compile(r"```.*?```", re.S)
 NOT_COVERED = (
     "The DeepSpeed docs and notes indexed here do not seem to cover this question "
@@ -34,8 +35,8 @@ class Source:
 def _sentences(text: str) -> list[str]:
     prose = _CODE_FENCE.sub(" ", text)
     out: list[str] = []
-    for para in re.split(r"\n\s*\n", prose):
-        flat = " ".join(para.split())
+    for line in prose.splitlines():  # table rows and list items are sentences of their own
+        flat = _LIST_MARK.sub("", " ".join(line.split()))
         out.extend(s.strip() for s in _SENTENCE.split(flat) if len(s.split()) >= 5)
     return out
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from app.answer import NOT_COVERED, Source, extractive_answer, generated_answer
 from app.errors import IndexNotReady
-from app.retriever import Retriever
+from app.retriever import Hit, Retriever
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
 from app.settings import Settings
 from indexer.documents import Snippet
@@ -44,6 +44,31 @@ def snippet_out(s: Snippet) -> SnippetOut:
         id=s.id, language=s.language, kind=s.kind, code=s.code, source_url=s.source_url,
         status=s.status, reason=s.reason, stamp=stamp(s),
     )
+
+
+def best_snippets(snippets: list[SnippetOut], n: int) -> list[SnippetOut]:
+    """The n snippets most worth showing: checked ones first, then in retrieval order."""
+    order = {"ok": 0, "passed": 0, "fragment": 1, "not_checkable": 2, "unchecked": 2, "failed": 3}
+    return sorted(snippets, key=lambda s: order.get(s.status, 2))[:n]
+
+
+_STALE = ("removed", "missing in deepspeed", "neither one of deepspeed")
+
+
+def version_notes(index: LoadedIndex, hits: list[Hit]) -> str:
+    """Warn when a cited page shows code that the installed deepspeed no longer accepts."""
+    stale: dict[str, Snippet] = {}
+    for s in index.snippets.values():
+        if s.status == "failed" and any(m in s.reason for m in _STALE):
+            stale.setdefault(s.path, s)
+    notes: list[str] = []
+    seen: set[str] = set()
+    for n, hit in enumerate(hits, 1):
+        s = stale.get(hit.chunk.path)
+        if s is not None and hit.chunk.path not in seen:
+            seen.add(hit.chunk.path)
+            notes.append(f"Note: code on the page of [{n}] does not work with the installed deepspeed {s.checked_with}: {s.reason}")
+    return ("\n\n" + "\n".join(notes)) if notes else ""
 
 
 def ask(engine: Engine, request: AskRequest) -> AskResponse:
@@ -82,6 +107,8 @@ def ask(engine: Engine, request: AskRequest) -> AskResponse:
                 log.warning("LLM endpoint failed, answering extractively: %s", exc)
         if not answer:
             answer = extractive_answer(result.query, sources)
+    if covered:
+        answer += version_notes(index, result.hits)
     t2 = time.perf_counter()
     return AskResponse(
         answer=answer,

@@ -176,6 +176,7 @@ def _semantic(cfg: dict[str, Any], world_size: int, result: ValidationResult) ->
             result.warnings.append(
                 Finding(f"/zero_optimization/{block}", f"{block} is ignored at ZeRO stage {stage}: it needs stage {'3' if needed == 3 else '1 or higher'}", f"set zero_optimization.stage to {max(needed, 2) if block == 'offload_optimizer' else 3}", doc_url(["zero_optimization"]))
             )
+    _check_named_types(cfg, result)
     off = zero.get("offload_optimizer")
     opt = _block(cfg, "optimizer")
     opt_type = str(opt.get("type", "")).lower()
@@ -183,6 +184,31 @@ def _semantic(cfg: dict[str, Any], world_size: int, result: ValidationResult) ->
         result.errors.append(
             Finding("/optimizer/type", f"ZeRO-Offload runs the optimizer step on the CPU, which deepspeed supports for {sorted(CPU_OFFLOAD_OPTIMIZERS)}; '{opt.get('type')}' is refused or unsupported there", "use Adam, AdamW, Adagrad or Lion, or turn offload_optimizer off", doc_url(["optimizer"]))
         )
+
+
+def _check_named_types(cfg: dict[str, Any], result: ValidationResult) -> None:
+    """optimizer.type and scheduler.type must name something the installed deepspeed can build."""
+    import torch
+    from deepspeed.runtime import lr_schedules
+    from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
+
+    opt_type = _block(cfg, "optimizer").get("type")
+    if isinstance(opt_type, str) and not _is_auto(opt_type):
+        if opt_type.lower() not in DEEPSPEED_OPTIMIZERS and not hasattr(torch.optim, opt_type):
+            close = difflib.get_close_matches(opt_type.lower(), DEEPSPEED_OPTIMIZERS, n=1, cutoff=0.6)
+            result.errors.append(
+                Finding("/optimizer/type", f"optimizer type '{opt_type}' is neither one of deepspeed's optimizers {sorted(DEEPSPEED_OPTIMIZERS)} nor a torch.optim class",
+                        f"did you mean '{close[0]}'?" if close else None, doc_url(["optimizer"]))
+            )
+    sched_type = _block(cfg, "scheduler").get("type")
+    if isinstance(sched_type, str) and not _is_auto(sched_type):
+        if not hasattr(lr_schedules, sched_type) and not hasattr(torch.optim.lr_scheduler, sched_type):
+            valid = list(lr_schedules.VALID_LR_SCHEDULES)
+            close = difflib.get_close_matches(sched_type, valid, n=1, cutoff=0.6)
+            result.errors.append(
+                Finding("/scheduler/type", f"scheduler type '{sched_type}' is neither one of deepspeed's schedules {valid} nor a torch.optim.lr_scheduler class",
+                        f"did you mean '{close[0]}'?" if close else None, doc_url(["scheduler"]))
+            )
 
 
 def _strip_auto(value: Any) -> Any:

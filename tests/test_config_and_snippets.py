@@ -118,3 +118,11 @@ def test_validate_config_cli_exit_codes(tmp_path: Path) -> None:
     out = run(str(bad), "--json")
     assert out.returncode == 1 and json.loads(out.stdout)["errors"][0]["pointer"] == "/zero_optimisation"
     assert run(str(junk)).returncode == 2
+
+
+def test_optimizer_and_scheduler_types_come_from_deepspeed() -> None:
+    errs = _errors({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam"}, "scheduler": {"type": "WarmupLr"}})
+    by_pointer = {e["pointer"]: e for e in errs}
+    assert "OneBitAdam" in by_pointer["/optimizer/type"]["message"]
+    assert by_pointer["/scheduler/type"]["suggestion"] == "did you mean 'WarmupLR'?"
+    assert validate_config({"train_batch_size": 8, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}).valid

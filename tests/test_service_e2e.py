@@ -48,3 +48,9 @@ def test_latency_is_reported(real_server: ServerThread) -> None:
         times.append((time.perf_counter() - t) * 1000)
         assert r.status_code == 200 and r.json()["timings_ms"]["total"] > 0
     print(f"\n/ask p50 {statistics.median(times):.1f} ms over {len(times)} requests")
+
+
+def test_answer_warns_about_docs_code_the_installed_version_rejects(real_server: ServerThread) -> None:
+    body = httpx.post(real_server.url + "/ask", json={"question": "How do I configure the 1-bit Adam optimizer (OneBitAdam) freeze_step?"}, timeout=60).json()
+    assert "does not work with the installed deepspeed" in body["answer"]
+    assert "OneBitAdam" in body["answer"]
