@@ -1,0 +1,52 @@
+"""The README's main command on a machine that cannot reach github.com (slow: real model)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def test_up_without_docs_still_serves_and_says_what_is_missing(tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "DSQA_INDEX_DIR": str(tmp_path / "index"),
+        "DSQA_CACHE_DIR": str(tmp_path / "cache"),
+        "DSQA_DOCS_URL_TEMPLATE": "http://127.0.0.1:9/{ref}.tar.gz",  # nothing listens there
+        "DSQA_FETCH_RETRIES": "1",
+        "DSQA_FETCH_TIMEOUT_S": "2",
+    }
+    env.pop("DSQA_DOCS_DIR", None)
+    log = (tmp_path / "up.log").open("w+")
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "up", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, (tmp_path / "up.log").read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "dsqa up did not become ready"
+            time.sleep(1)
+        output = (tmp_path / "up.log").read_text()
+        assert "could not fetch DeepSpeed's docs" in output
+        assert "DeepSpeed's docs are missing" in output and "DSQA_DOCS_DIR" in output
+        body = httpx.post(f"http://127.0.0.1:{port}/ask", json={"question": "what does stage3_max_live_parameters do"}, timeout=60).json()
+        assert any(p["source"] == "config" for p in body["passages"])
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz").json()
+        assert ready["index"]["counts"]["by_source"].get("docs") is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
