@@ -105,10 +105,10 @@ class HybridRetriever:
             return SearchResult(hits=[], query=query, relevance=0.0)
         ids = np.array(sorted(cand))
         cos = self._cosines(ids, qv, dense_ids, dense_scores)
-        weight_bm25 = self.bm25_weight
+        share = self.bm25_weight / ((self.bm25_weight + self.dense_weight) or 1.0)
         if has_cjk(question):  # an expanded query is a bag of glossary terms
-            weight_bm25 = min(1.0, self.bm25_weight * self.cjk_bm25_scale)
-        fused = weighted_fusion(bm25[ids], cos, weight_bm25, 1.0 - weight_bm25 if self.dense_weight else 0.0)
+            share = min(1.0, share * self.cjk_bm25_scale)
+        fused = weighted_fusion(bm25[ids], cos, share, 1.0 - share)
         if self.source_priors:
             fused = fused * np.array([self._prior(chunks[i]) for i in ids])
         order = np.argsort(-fused)
