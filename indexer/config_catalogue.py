@@ -47,6 +47,7 @@ class ConfigKey:
     deprecated: str = ""  # the replacement or a note, when the key is deprecated
     removed: str = ""  # DeepSpeed's own message when the block is rejected as removed
     is_section: bool = False
+    choices: tuple[Any, ...] = ()  # allowed values, for enum and Literal types
 
     @property
     def section(self) -> str:
@@ -58,14 +59,36 @@ class ConfigKey:
 
 
 def _type_name(annotation: Any) -> str:
-    if annotation is None:
-        return "any"
+    """A readable type: `bool | None`, `list[str]`, `ZeroStageEnum`."""
+    if annotation is None or annotation is type(None):
+        return "None"
     origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
     if origin is None:
         return getattr(annotation, "__name__", str(annotation)).replace("typing.", "")
-    args = ", ".join(_type_name(a) for a in typing.get_args(annotation))
+    if origin is typing.Union or getattr(origin, "__name__", "") == "UnionType":
+        return " | ".join(_type_name(a) for a in args)
+    if getattr(origin, "__name__", "") == "Literal" or str(origin) == "typing.Literal":
+        return " | ".join(repr(a) for a in args)
     name = getattr(origin, "__name__", str(origin)).replace("typing.", "")
-    return f"{name}[{args}]"
+    return f"{name}[{', '.join(_type_name(a) for a in args)}]" if args else name
+
+
+def _choices(annotation: Any) -> tuple[Any, ...]:
+    """Allowed JSON values of an Enum or Literal annotation (None kept when Optional)."""
+    import enum
+
+    out: list[Any] = []
+    for a in (annotation, *typing.get_args(annotation)):
+        if inspect.isclass(a) and issubclass(a, enum.Enum):
+            out += [m.value for m in a]
+        elif getattr(typing.get_origin(a), "__name__", "") == "Literal" or str(typing.get_origin(a)) == "typing.Literal":
+            out += list(typing.get_args(a))
+    if str(typing.get_origin(annotation)) == "typing.Literal":
+        out += list(typing.get_args(annotation))
+    if out and type(None) in typing.get_args(annotation):
+        out.append(None)
+    return tuple(dict.fromkeys(out))
 
 
 def _attribute_docs(cls: type) -> dict[str, str]:
@@ -129,6 +152,7 @@ def _walk_model(cls: type, prefix: str) -> list[ConfigKey]:
                 aliases=aliases,
                 deprecated=deprecated,
                 is_section=sub is not None,
+                choices=_choices(field.annotation),
             )
         )
         if sub is not None and sub is not cls:

@@ -134,6 +134,13 @@ def _walk(cfg: dict[str, Any], path: list[str], result: ValidationResult) -> Non
         if isinstance(value, dict):
             if dotted not in _FREE_FORM:
                 _walk(value, here, result)
+        elif entry.choices and not _is_auto(value) and value not in entry.choices and not (isinstance(value, str) and value.lower() in entry.choices):
+            allowed = ", ".join(repr(c) for c in entry.choices)
+            close = difflib.get_close_matches(str(value), [str(c) for c in entry.choices], n=1, cutoff=0.5)
+            result.errors.append(
+                Finding(pointer(here), f"'{dotted}' must be one of {allowed}, got {value!r}"[:300],
+                        f"did you mean {close[0]!r}?" if close else None, doc_url(here))
+            )
         elif not entry.is_section and not _type_ok(entry.type, value):
             result.errors.append(
                 Finding(pointer(here), f"'{dotted}' must be of type {entry.type}, got {type(value).__name__} {value!r}"[:300], None, doc_url(here))

@@ -126,3 +126,9 @@ def test_optimizer_and_scheduler_types_come_from_deepspeed() -> None:
     assert "OneBitAdam" in by_pointer["/optimizer/type"]["message"]
     assert by_pointer["/scheduler/type"]["suggestion"] == "did you mean 'WarmupLR'?"
     assert validate_config({"train_batch_size": 8, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}}).valid
+
+
+def test_enum_values_come_from_deepspeeds_models() -> None:
+    errs = _errors({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "gpu"}}})
+    assert errs[0]["pointer"] == "/zero_optimization/offload_param/device" and "'cpu'" in errs[0]["message"]
+    assert _errors({"train_batch_size": 8, "zero_optimization": {"stage": 5}})[0]["pointer"] == "/zero_optimization/stage"
