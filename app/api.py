@@ -1,4 +1,5 @@
-"""The FastAPI service: POST /ask, health and readiness. Heavy parts load once, in the lifespan."""
+"""The FastAPI service: POST /ask, health and readiness, and the front ends mounted on it (MCP at /mcp,
+Slack, the web page, /metrics). Heavy parts load once, in the lifespan."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from app.ask import Engine, ask
-from app.errors import DsqaError, IndexUnusable, InvalidInput, to_reply
+from app.errors import DsqaError, IndexNotReady, IndexUnusable, InvalidInput, to_reply
 from app.glossary import Glossary
+from app.mcp_server import mount_mcp
+from app.metrics import mount_metrics, set_index_chunks
 from app.retriever import HybridRetriever
 from app.schemas import AskRequest, AskResponse
 from app.settings import Settings
+from app.slack_bot import mount_slack
+from app.web import mount_web
 from indexer.config_check import validate_config
-from indexer.embedder import Embedder, SentenceTransformerEmbedder
+from indexer.embedder import Embedder, make_embedder
 from indexer.store import IndexError_, load_index
 
 log = logging.getLogger(__name__)
@@ -34,7 +39,7 @@ def load_engine(settings: Settings, embedder: Embedder | None = None) -> Engine:
         log.error("index not loaded: %s", exc)
         return Engine(settings=settings, index=None, retriever=None)
     if embedder is None:
-        embedder = SentenceTransformerEmbedder(settings.embedding_model)
+        embedder = make_embedder(settings.embedding_model)
     if index.manifest.get("model") != embedder.name:
         raise IndexUnusable(f"index was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it")
     retriever = HybridRetriever(
@@ -62,7 +67,9 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             app.state.engine = await run_in_threadpool(load_engine, settings)
         else:
             app.state.engine = engine
-        yield
+        set_index_chunks(len(app.state.engine.index.chunks) if app.state.engine.index is not None else 0)
+        async with app.state.mcp.session_manager.run():  # the streamable HTTP transport at /mcp
+            yield
 
     app = FastAPI(
         title="dsqa",
@@ -114,4 +121,14 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         result = await run_in_threadpool(validate_config, data, world_size)
         return JSONResponse(status_code=200, content=result.to_json())
 
+    def current_engine() -> Engine:
+        eng: Engine | None = getattr(app.state, "engine", None)
+        if eng is None:
+            raise IndexNotReady("the service is still starting; try again in a moment")
+        return eng
+
+    mount_metrics(app)
+    app.state.mcp = mount_mcp(app, settings, current_engine)
+    mount_slack(app, settings, current_engine)
+    mount_web(app)
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from app.answer import NOT_COVERED, Source, extractive_answer, generated_answer
 from app.errors import IndexNotReady
@@ -31,7 +32,21 @@ class Engine:
         return self.index, self.retriever
 
 
-def stamp(snippet: Snippet) -> str:
+def run_stamp(run: dict[str, Any]) -> str:
+    """A ledger row (`dsqa verify`) as words: 'ran ok on cpu, deepspeed 0.19.8, 2026-12-01'."""
+    device = str(run.get("device") or "?").split(" (")[0]
+    where = f"on {device}, deepspeed {run.get('deepspeed') or '?'}, {str(run.get('time') or '')[:10]}".rstrip(", ")
+    status = run.get("status")
+    if status == "passed":
+        return f"ran ok {where}"
+    if status == "skipped":
+        return f"not run {where}: {run.get('reason', '')}"[:200]
+    return f"run {status} {where}: {run.get('reason', '')}"[:200]
+
+
+def stamp(snippet: Snippet, run: dict[str, Any] | None = None) -> str:
+    if run and run.get("status") in ("passed", "failed", "timeout", "killed"):
+        return run_stamp(run)
     if snippet.status == "ok" and snippet.checked_with:
         return f"checked ok against deepspeed {snippet.checked_with}"
     if snippet.status in {"failed", "fragment", "not_checkable"} and snippet.checked_with:
@@ -39,10 +54,10 @@ def stamp(snippet: Snippet) -> str:
     return "not checked"
 
 
-def snippet_out(s: Snippet) -> SnippetOut:
+def snippet_out(s: Snippet, run: dict[str, Any] | None = None) -> SnippetOut:
     return SnippetOut(
         id=s.id, language=s.language, kind=s.kind, code=s.code, source_url=s.source_url,
-        status=s.status, reason=s.reason, stamp=stamp(s),
+        status=s.status, reason=s.reason, stamp=stamp(s, run), requires=list(s.requires), chunk_id=s.chunk_id,
     )
 
 
@@ -64,10 +79,10 @@ def version_notes(index: LoadedIndex, hits: list[Hit]) -> str:
     notes: list[str] = []
     seen: set[str] = set()
     for n, hit in enumerate(hits, 1):
-        s = stale.get(hit.chunk.path)
-        if s is not None and hit.chunk.path not in seen:
+        bad = stale.get(hit.chunk.path)
+        if bad is not None and hit.chunk.path not in seen:
             seen.add(hit.chunk.path)
-            notes.append(f"Note: code on the page of [{n}] does not work with the installed deepspeed {s.checked_with}: {s.reason}")
+            notes.append(f"Note: code on the page of [{n}] does not work with the installed deepspeed {bad.checked_with}: {bad.reason}")
     return ("\n\n" + "\n".join(notes)) if notes else ""
 
 
@@ -91,7 +106,7 @@ def ask(engine: Engine, request: AskRequest) -> AskResponse:
             s = index.snippets.get(sid)
             if s is None or (request.checked_only and s.status != "ok"):
                 continue
-            snippets.append(snippet_out(s))
+            snippets.append(snippet_out(s, index.verification.get(sid)))
     sources = [Source(n=i + 1, title=p.title, heading=p.heading, text=p.text) for i, p in enumerate(passages)]
     if not covered:
         answer = NOT_COVERED

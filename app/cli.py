@@ -76,10 +76,24 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from app.api import create_app
+    from app.logs import configure_logging
 
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
-    uvicorn.run(create_app(settings), host=args.host or settings.host, port=args.port or settings.port, log_level="info")
+    # the app sees the real bind address (the MCP transport's DNS-rebinding guard depends on it)
+    settings = settings.model_copy(update={"host": args.host or settings.host, "port": args.port or settings.port})
+    configure_logging(json_lines=settings.log_json)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=not settings.log_json)
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    """The MCP tools over stdio, for AI coding assistants that spawn the server themselves."""
+    from app.mcp_server import serve_stdio
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    serve_stdio(settings)
     return 0
 
 
@@ -237,6 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int)
     s.set_defaults(fn=cmd_serve)
 
+    s = sub.add_parser("mcp", help="serve the MCP tools over stdio (Claude Code, Cursor, VS Code)")
+    s.add_argument("--index", type=Path)
+    s.set_defaults(fn=cmd_mcp)
+
     s = sub.add_parser("up", help="build the index on first run, then serve")
     s.add_argument("--host")
     s.add_argument("--port", type=int)
@@ -283,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--baseline", action="store_true", help="also score BM25 alone on the same chunks")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_eval_retrieval)
+
+    from eval.cli_runner import add_runner_commands  # run-snippet, verify, runner serve, eval answers
+
+    add_runner_commands(sub, ev)
     return p
 
 

@@ -47,6 +47,13 @@ class IndexUnusable(DsqaError):
     code = "index_unusable"
 
 
+class NotConfigured(DsqaError):
+    """A front end that needs a secret or token that this deployment was not given."""
+
+    status_code = 503
+    code = "not_configured"
+
+
 class SourceUnavailable(DsqaError):
     status_code = 502
     code = "source_unavailable"

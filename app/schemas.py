@@ -46,7 +46,9 @@ class SnippetOut(BaseModel):
     source_url: str
     status: str
     reason: str = ""
-    stamp: str = ""
+    stamp: str = ""  # the static check, or the latest real run from `dsqa verify` when there is one
+    requires: list[str] = []  # the notes' requires= tags (gpu, multi-gpu, nvme...)
+    chunk_id: str = ""  # the passage the snippet came from
 
 
 class AskResponse(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from corpus import GLOSSARY_ZH, NOTES_DIR
@@ -45,3 +45,17 @@ class Settings(BaseSettings):
     llm_model: str = "gpt-4o-mini"
     llm_api_key: str | None = Field(default=None, repr=False)
     llm_timeout_s: float = 20.0
+
+    # front ends: Slack (mounted only with a signing secret; env DSQA_SLACK_* or Slack's own SLACK_*,
+    # names match case-insensitively), MCP tool replies,
+    # and the JSON request log
+    slack_signing_secret: str | None = Field(
+        default=None, repr=False,
+        validation_alias=AliasChoices("DSQA_SLACK_SIGNING_SECRET", "slack_signing_secret"),
+    )
+    slack_bot_token: str | None = Field(
+        default=None, repr=False, validation_alias=AliasChoices("DSQA_SLACK_BOT_TOKEN", "slack_bot_token")
+    )
+    slack_api_url: str = "https://slack.com/api/"  # the Web API base (tests point it at a local server)
+    mcp_max_words: int = 1500  # word budget of one MCP tool reply
+    log_json: bool = True  # one JSON line per request (route, status, duration) on the dsqa.access logger

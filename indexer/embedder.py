@@ -83,6 +83,15 @@ class HashEmbedder:
         return out
 
 
+def make_embedder(model: str | None) -> Embedder:
+    """The embedder a setting names: `hash-N` is the test fake (a subprocess can't be handed an
+    object); anything else is the sentence-transformers model (None: the packaged default)."""
+    m = re.fullmatch(r"hash-(\d+)", model or "")
+    if m:
+        return HashEmbedder(int(m.group(1)))
+    return SentenceTransformerEmbedder(model)
+
+
 class VectorCache:
     """Vectors by content hash on disk (one .npy per model), so a rebuild embeds only what changed."""
 

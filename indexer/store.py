@@ -25,6 +25,7 @@ from indexer.tokenize import tokenize
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+LEDGER = "verification.jsonl"  # snippet runs (`dsqa verify`); not in the checksums, may change
 
 
 class IndexError_(Exception):
@@ -40,6 +41,7 @@ class LoadedIndex:
     vectors: faiss.Index
     bm25: bm25s.BM25
     by_id: dict[str, int] = field(default_factory=dict)
+    verification: dict[str, dict[str, Any]] = field(default_factory=dict)  # snippet id -> latest run
 
     def __post_init__(self) -> None:
         self.by_id = {c.id: i for i, c in enumerate(self.chunks)}
@@ -128,6 +130,22 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
+def read_ledger(path: Path) -> dict[str, dict[str, Any]]:
+    """The verification ledger beside an index: snippet id -> its latest run ({} when none)."""
+    rows: dict[str, dict[str, Any]] = {}
+    file = Path(path) / LEDGER
+    if not file.is_file():
+        return rows
+    for line in file.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("id"):
+            rows[str(row["id"])] = row
+    return rows
+
+
 def load_index(path: Path, verify: bool = True) -> LoadedIndex:
     path = Path(path)
     manifest = read_manifest(path)
@@ -147,4 +165,7 @@ def load_index(path: Path, verify: bool = True) -> LoadedIndex:
     vectors = faiss.read_index(str(path / "vectors.faiss"))
     with contextlib.redirect_stdout(None):
         bm25 = bm25s.BM25.load(str(path / "bm25"))
-    return LoadedIndex(path=path, manifest=manifest, chunks=chunks, snippets=snippets, vectors=vectors, bm25=bm25)
+    return LoadedIndex(
+        path=path, manifest=manifest, chunks=chunks, snippets=snippets, vectors=vectors, bm25=bm25,
+        verification=read_ledger(path),
+    )

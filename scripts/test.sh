@@ -3,6 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# system tools some tests drive: headless Chromium (the web page; Playwright uses it, never a browser
+# download of its own) and docker-compose (the compose file). We run as root; installed once.
+command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+command -v docker-compose >/dev/null || (apt-get update && apt-get install -y docker-compose)
 export DS_ACCELERATOR=cpu HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export DSQA_TEST_DOCS=${DSQA_TEST_DOCS:-$(cd .. && pwd)/shared/deepspeed-docs}
 .venv/bin/ruff check app indexer eval tests bench

@@ -1,0 +1,74 @@
+"""dsqa: run a DeepSpeed config for real (written into the sandbox by eval/executors.py).
+
+A tiny MLP through deepspeed.initialize with ds_config.json, a few real steps (forward, backward,
+step), and a checkpoint save and load when plan.json says the config touches checkpointing.
+"""
+
+import json
+import math
+
+import deepspeed
+import torch
+
+with open("plan.json") as f:
+    plan = json.load(f)
+with open("ds_config.json") as f:
+    cfg = json.load(f)
+torch.manual_seed(0)
+D = 16
+ac = cfg.get("activation_checkpointing") if isinstance(cfg.get("activation_checkpointing"), dict) else None
+use_ac = bool(ac) and not ac.get("partition_activations")
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = torch.nn.Linear(D, 32)
+        self.act = torch.nn.GELU()
+        self.l2 = torch.nn.Linear(32, D)
+
+    def forward(self, x):
+        h = self.act(self.l1(x))
+        return deepspeed.checkpointing.checkpoint(self.l2, h) if use_ac else self.l2(h)
+
+
+model = Tiny()
+engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+if ac:
+    deepspeed.checkpointing.configure(None, deepspeed_config=cfg)
+dtype = next(engine.module.parameters()).dtype
+micro = engine.train_micro_batch_size_per_gpu()
+device = engine.device
+losses = []
+for _ in range(plan["steps"]):
+    x = torch.randn(micro, D, device=device)
+    out = engine(x.to(dtype))
+    loss = torch.nn.functional.mse_loss(out.float(), x.flip(-1))
+    engine.backward(loss)
+    engine.step()
+    losses.append(float(loss.item()))
+if not all(math.isfinite(v) for v in losses):
+    raise SystemExit(f"non-finite loss: {losses}")
+if engine.global_steps < 1:
+    raise SystemExit(f"no optimizer step in {plan['steps']} micro steps")
+result = {"micro_steps": len(losses), "optimizer_steps": engine.global_steps, "first_loss": losses[0],
+          "last_loss": losses[-1], "dtype": str(dtype), "zero_stage": engine.zero_optimization_stage(),
+          "activation_checkpointing": use_ac}
+if plan.get("checkpoint"):
+    engine.save_checkpoint("ckpt", tag="dsqa")
+    universal = isinstance(cfg.get("checkpoint"), dict) and cfg["checkpoint"].get("load_universal")
+    if universal:
+        result["checkpoint"] = "saved (load_universal: loading needs a ds_to_universal conversion, not done)"
+    else:
+        path, client = engine.load_checkpoint("ckpt", tag="dsqa")
+        if path is None:
+            raise SystemExit("load_checkpoint found nothing to load")
+        x = torch.randn(micro, D, device=device)
+        loss = torch.nn.functional.mse_loss(engine(x.to(dtype)).float(), x.flip(-1))
+        engine.backward(loss)
+        engine.step()
+        result["checkpoint"] = "saved and loaded, then one more step"
+if plan.get("save_16bit"):
+    engine.save_16bit_model("ckpt16")
+    result["save_16bit_model"] = True
+print("DSQA_RESULT " + json.dumps(result))

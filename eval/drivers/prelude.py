@@ -1,0 +1,100 @@
+"""dsqa's prelude for doc fragments: the names they assume, built only when a snippet uses them
+without defining them (eval/executors.py finds those names with ast).
+
+model / net: a tiny MLP (16 -> 32 -> 16); calling it with (x, y) or a batch tuple returns the MSE loss.
+optimizer: torch AdamW over model's parameters. engine / model_engine / ds_engine: deepspeed.initialize
+of that model with `ds_config`. ds_config / config: {"train_micro_batch_size_per_gpu": 2, torch AdamW}
+(no optimizer block when the snippet passes its own optimizer=). args / cmd_args: argparse.Namespace
+with local_rank=0, deepspeed=True, deepspeed_config=<path of ds_config.json>. data_loader and friends:
+a list of 4 (x, y) batches of 2; dataset: a TensorDataset of 8. batch / inputs / labels / x / y: one
+batch. loss: the model's loss on that batch. criterion / loss_fn: MSELoss. device: the engine's
+device. local_rank / rank: 0; world_size: 1. save_dir, ckpt_dir, checkpoint_dir, load_dir: "checkpoints";
+ckpt_id / tag: "step0"; client_sd / client_state: {}. step / epoch: 0. mpu: None. Modules: torch,
+deepspeed, nn, F, np, os, sys, json, math, time, argparse, dist (deepspeed.comm), get_accelerator.
+"""
+
+import argparse
+import importlib
+import json
+import os
+
+import torch
+
+D = 16
+_MODULES = {"torch": "torch", "deepspeed": "deepspeed", "nn": "torch.nn", "F": "torch.nn.functional", "np": "numpy",
+            "os": "os", "sys": "sys", "json": "json", "math": "math", "time": "time", "argparse": "argparse",
+            "dist": "deepspeed.comm"}
+
+
+class TinyModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(D, 32), torch.nn.ReLU(), torch.nn.Linear(32, D))
+
+    def forward(self, x, y=None, *rest, **kwargs):
+        if isinstance(x, list | tuple):
+            x, y = x[0], (x[1] if len(x) > 1 else None)
+        if isinstance(x, dict):
+            x, y = x.get("input_ids", next(iter(x.values()))), x.get("labels")
+        dtype = next(self.parameters()).dtype
+        out = self.net(x.to(dtype))
+        return torch.nn.functional.mse_loss(out.float(), y.float()) if y is not None else out
+
+
+def provide(names, client_optimizer=False, device="cpu"):
+    names = set(names)
+    dev = torch.device("cuda" if device == "cuda" and torch.cuda.is_available() else "cpu")
+    g = {}
+    for n in names & set(_MODULES):
+        g[n] = importlib.import_module(_MODULES[n])
+    if "get_accelerator" in names:
+        from deepspeed.accelerator import get_accelerator
+
+        g["get_accelerator"] = get_accelerator
+    torch.manual_seed(0)
+    model = TinyModel().to(dev)
+    cfg = {"train_micro_batch_size_per_gpu": 2}
+    if not client_optimizer:
+        cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}
+    with open("ds_config.json", "w") as f:
+        json.dump(cfg, f)
+    batches = [(torch.randn(2, D, device=dev), torch.randn(2, D, device=dev)) for _ in range(4)]
+    simple = {
+        "model": model, "net": model, "ds_config": cfg, "config": cfg, "ds_config_path": "ds_config.json",
+        "config_path": "ds_config.json", "batch": batches[0], "inputs": batches[0][0], "labels": batches[0][1],
+        "x": batches[0][0], "y": batches[0][1], "criterion": torch.nn.MSELoss(), "loss_fn": torch.nn.MSELoss(),
+        "local_rank": 0, "rank": 0, "world_size": 1, "save_dir": "checkpoints", "ckpt_dir": "checkpoints",
+        "checkpoint_dir": "checkpoints", "load_dir": "checkpoints", "ckpt_id": "step0", "tag": "step0",
+        "client_sd": {}, "client_state": {}, "step": 0, "epoch": 0, "mpu": None,
+        "parameters": model.parameters(), "model_parameters": model.parameters(), "params": model.parameters(),
+    }
+    for n in ("data_loader", "dataloader", "train_loader", "trainloader", "train_dataloader"):
+        simple[n] = batches
+    for n in ("dataset", "train_dataset", "training_data"):
+        simple[n] = torch.utils.data.TensorDataset(torch.randn(8, D), torch.randn(8, D))
+    args = argparse.Namespace(local_rank=0, deepspeed=True, deepspeed_config="ds_config.json", deepscale=False,
+                              deepscale_config=None, deepspeed_mpi=False)
+    simple["args"] = simple["cmd_args"] = args
+    for n in names & set(simple):
+        g[n] = simple[n]
+    if names & {"optimizer", "engine", "model_engine", "ds_engine", "lr_scheduler", "scheduler", "device", "loss"}:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        if "optimizer" in names:
+            g["optimizer"] = optimizer
+        if names & {"engine", "model_engine", "ds_engine", "device"} or ("scheduler" in names or "lr_scheduler" in names):
+            import deepspeed
+
+            kwargs = {} if "optimizer" in cfg else {"optimizer": optimizer}
+            engine, _, _, sched = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg, **kwargs)
+            for n in ("engine", "model_engine", "ds_engine"):
+                if n in names:
+                    g[n] = engine
+            if "device" in names:
+                g["device"] = engine.device
+            for n in ("lr_scheduler", "scheduler"):
+                if n in names:
+                    g[n] = sched
+        if "loss" in names:
+            g["loss"] = model(*batches[0])
+    os.makedirs("checkpoints", exist_ok=True)
+    return g

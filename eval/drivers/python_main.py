@@ -1,0 +1,16 @@
+"""dsqa: run snippet.py as __main__ with the prelude's names that it uses without defining."""
+
+import json
+import runpy
+import sys
+
+sys.path.insert(0, ".")
+with open("plan.json") as f:
+    plan = json.load(f)
+init = {}
+if plan["names"]:
+    import prelude
+
+    init = prelude.provide(plan["names"], client_optimizer=plan.get("client_optimizer", False), device=plan.get("device", "cpu"))
+sys.argv = ["snippet.py"]
+runpy.run_path("snippet.py", init_globals=init, run_name="__main__")

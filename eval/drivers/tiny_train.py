@@ -1,0 +1,23 @@
+"""dsqa: the tiny training script the `deepspeed` launcher runs in place of a doc's script."""
+
+import argparse
+import json
+
+import deepspeed
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=0)
+args, _ = parser.parse_known_args()  # the doc's own script arguments are accepted and ignored
+with open("ds_config.json") as f:
+    cfg = json.load(f)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+for _ in range(3):
+    x = torch.randn(engine.train_micro_batch_size_per_gpu(), 8, device=engine.device)
+    loss = engine(x).pow(2).mean()
+    engine.backward(loss)
+    engine.step()
+rank, world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
+print("DSQA_RESULT " + json.dumps({"rank": rank, "world_size": world, "optimizer_steps": engine.global_steps}))

@@ -1,0 +1,204 @@
+"""Run one program in a sandbox: a subprocess with a wall-clock timeout, a memory cap, its own
+temporary directory, no network, a read-only view of the rest of the machine where the kernel
+allows it, a scrubbed environment, and captured, truncated output.
+
+Where `unshare` works (Linux user namespaces; as root in a container it usually does), the
+program runs in new user, network, mount and PID namespaces: only a loopback interface (no route
+out), its temporary directory mounted over /tmp (so `/tmp/anything` lands in its own dir), a fresh
+/dev/shm, every other mount remounted read-only except the torch extensions cache (ops compile
+there once), and a /proc that shows only its own processes. Where it does not, the fallback
+still applies the timeout, RLIMIT_AS, cwd/HOME/TMPDIR in the temp dir and the environment
+allowlist, but network and writes elsewhere are not blocked: `isolation` in the result says which.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+MAX_OUTPUT_CHARS = 20_000
+
+# Environment variables a snippet may see (exact names), plus the prefixes below; nothing else.
+ENV_ALLOWLIST = frozenset(
+    {
+        "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR",
+        "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+        "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "PYTHONPATH", "VIRTUAL_ENV",
+    }
+)
+_SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
+_SECRET_PREFIXES = ("SLACK_", "DSQA_LLM_", "AWS_", "GOOGLE_", "AZURE_", "OPENAI_", "ANTHROPIC_", "GITHUB_", "HF_TOKEN")
+
+
+def is_secret_name(name: str) -> bool:
+    up = name.upper()
+    return any(m in up for m in _SECRET_MARKERS) or up.startswith(_SECRET_PREFIXES)
+
+
+def scrub_env(source: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Only allowlisted, non-secret variables of `source`, then `extra` (also filtered for secrets)."""
+    env = {k: v for k, v in source.items() if k in ENV_ALLOWLIST and not is_secret_name(k)}
+    for k, v in (extra or {}).items():
+        if not is_secret_name(k):
+            env[k] = v
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    return env
+
+
+@dataclass
+class SandboxResult:
+    returncode: int | None  # None on timeout
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    signal: int | None = None  # the signal that ended it, if any
+    isolation: list[str] = field(default_factory=list)
+
+
+def _truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    return text[:head] + f"\n... [{len(text) - limit} characters cut] ...\n" + text[-(limit - head):]
+
+
+def _read(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            data = f.read(8 * MAX_OUTPUT_CHARS + 1)
+            if len(data) > 8 * MAX_OUTPUT_CHARS:  # keep the head and the tail of a flood
+                f.seek(-4 * MAX_OUTPUT_CHARS, os.SEEK_END)
+                data = data[: 4 * MAX_OUTPUT_CHARS] + b"\n...\n" + f.read()
+        return _truncate(data.decode("utf-8", "replace"))
+    except OSError:
+        return ""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# The namespace set-up, run by `sh` inside the new namespaces before the program is exec'd.
+_SETUP = r"""
+set -e
+SBX="$1"; KEEP_RW="$2"; shift 2
+ip link set lo up 2>/dev/null || true
+mount --make-rprivate / 2>/dev/null || true
+if [ -n "$KEEP_RW" ] && [ -d "$KEEP_RW" ]; then mount --bind "$KEEP_RW" "$KEEP_RW"; fi
+mount --bind "$SBX" /tmp
+mount -t tmpfs -o size=512m,mode=1777 tmpfs /dev/shm 2>/dev/null || true
+mount -t proc proc /proc 2>/dev/null || true
+awk '{print $2}' /proc/self/mounts | sort -u | while read -r mp; do
+  case "$mp" in
+    /proc|/proc/*|/sys|/sys/*|/dev|/dev/*|/tmp) ;;
+    *) if [ "$mp" != "$KEEP_RW" ]; then mount -o remount,bind,ro "$mp" 2>/dev/null || true; fi ;;
+  esac
+done
+cd /tmp
+exec "$@"
+"""
+
+
+@lru_cache(maxsize=1)
+def namespaces_available() -> bool:
+    """True when `unshare` can make user+net+mount+pid namespaces and mount over /tmp here."""
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        return False
+    probe = tempfile.mkdtemp(prefix="dsqa-probe-")
+    try:
+        r = subprocess.run(
+            ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _SETUP, "sh", probe, "", "sh", "-c",
+             "touch /tmp/ok && ! touch /usr/.dsqa_probe 2>/dev/null"],
+            capture_output=True, timeout=20,
+        )
+        return r.returncode == 0 and (Path(probe) / "ok").exists()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def _limits(memory_mb: int | None) -> None:  # runs in the child between fork and exec
+    os.setsid()
+    if memory_mb:
+        cap = int(memory_mb) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def run_sandboxed(
+    argv: list[str],
+    files: Mapping[str, str] | None = None,
+    *,
+    timeout_s: float = 120.0,
+    memory_mb: int | None = 4096,
+    env: Mapping[str, str] | None = None,
+    keep_rw: str | None = None,
+    isolate: bool = True,
+    workdir_parent: str | None = None,
+) -> SandboxResult:
+    """Run argv with cwd in a fresh temp dir holding `files`. Inside, refer to that dir as `.`:
+    with namespaces it is mounted at /tmp, without them it is the real temp dir (cwd)."""
+    sbx = Path(tempfile.mkdtemp(prefix="dsqa-sbx-", dir=workdir_parent))
+    try:
+        for name, text in (files or {}).items():
+            target = sbx / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        out_path, err_path = sbx / ".stdout", sbx / ".stderr"
+        use_ns = isolate and namespaces_available()
+        inner_dir = "/tmp" if use_ns else str(sbx)
+        child_env = dict(env or {})
+        child_env.update({"HOME": inner_dir, "TMPDIR": inner_dir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+        if use_ns:
+            cmd = ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _SETUP, "sh", str(sbx), keep_rw or "", *argv]
+            isolation = ["timeout", "env_allowlist", "temp_cwd", "no_network", "private_tmp", "read_only_fs", "pid_namespace"]
+        else:
+            cmd = list(argv)
+            isolation = ["timeout", "env_allowlist", "temp_cwd"]
+        if memory_mb:
+            isolation.insert(1, "rlimit_as")
+        t0 = time.monotonic()
+        timed_out = False
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            proc = subprocess.Popen(
+                cmd, cwd=sbx, env=child_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                preexec_fn=lambda: _limits(memory_mb), close_fds=True,
+            )
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                try:  # the whole group: the program and anything it started
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                proc.wait()
+        duration = time.monotonic() - t0
+        rc = proc.returncode
+        return SandboxResult(
+            returncode=None if timed_out else rc,
+            stdout=_read(out_path),
+            stderr=_read(err_path),
+            duration_s=round(duration, 3),
+            timed_out=timed_out,
+            signal=-rc if (rc is not None and rc < 0) else (rc - 128 if rc is not None and rc > 128 and use_ns else None),
+            isolation=isolation,
+        )
+    finally:
+        shutil.rmtree(sbx, ignore_errors=True)

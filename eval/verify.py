@@ -1,0 +1,120 @@
+"""`dsqa verify`: run every runnable snippet of an index through a runner and keep a ledger.
+
+The ledger is `INDEX/verification.jsonl`, one row per snippet id (the latest run wins), rewritten
+atomically (temp file + rename): status, reason, device, torch and deepspeed versions, time.
+`indexer.store.load_index` reads it, and `app.ask.stamp` shows it next to each snippet.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from eval.runner import RunRequest, RunResult, SnippetRunner, runnable
+from indexer.documents import Snippet
+from indexer.store import LEDGER, load_index, read_ledger
+
+log = logging.getLogger(__name__)
+GPU_REQUIREMENTS = ("gpu", "cuda", "fp16", "nccl", "gds", "multi-gpu")
+
+
+def select(snippets: list[Snippet], only: str = "all", *, gpu_only: bool = False) -> list[Snippet]:
+    from eval.executors import detect_requirements
+
+    chosen = runnable(snippets)
+    if only == "notes":
+        chosen = [s for s in chosen if s.path.startswith("corpus/notes/")]
+    elif only == "docs":
+        chosen = [s for s in chosen if not s.path.startswith("corpus/notes/")]
+    if gpu_only:
+        chosen = [s for s in chosen if any(r.name in GPU_REQUIREMENTS for r in detect_requirements(s.kind, s.code, s.requires))]
+    return chosen
+
+
+def ledger_row(result: RunResult) -> dict[str, Any]:
+    return {
+        "id": result.id, "kind": result.kind, "status": result.status, "reason": result.reason[:500],
+        "device": result.device, "torch": result.torch, "deepspeed": result.deepspeed, "runner": result.runner,
+        "duration_s": result.duration_s, "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "adaptations": result.adaptations,
+    }
+
+
+def write_ledger(index_dir: Path, results: list[RunResult]) -> Path:
+    """Merge these results into the ledger (latest wins) and swap the file in atomically."""
+    rows = read_ledger(index_dir)
+    for r in results:
+        rows[r.id] = ledger_row(r)
+    path = Path(index_dir) / LEDGER
+    fd, tmp = tempfile.mkstemp(prefix=".verification-", suffix=".jsonl", dir=index_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for row in rows.values():
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def summarise_runs(results: list[RunResult]) -> dict[str, Any]:
+    by_kind: dict[str, dict[str, int]] = {}
+    for r in results:
+        by_kind.setdefault(r.kind, {}).setdefault(r.status, 0)
+        by_kind[r.kind][r.status] += 1
+    failures = Counter(r.reason[:160] for r in results if r.status in ("failed", "timeout", "killed"))
+    skips = Counter(r.reason.split(";")[0][:120] for r in results if r.status == "skipped")
+    return {
+        "total": len(results),
+        "by_status": dict(Counter(r.status for r in results)),
+        "by_kind": by_kind,
+        "top_failure_reasons": failures.most_common(10),
+        "top_skip_reasons": skips.most_common(10),
+    }
+
+
+def verify_index(
+    index_dir: Path,
+    runner: SnippetRunner,
+    *,
+    only: str = "all",
+    gpu_only: bool = False,
+    timeout_s: float = 180.0,
+    memory_mb: int = 6144,
+    concurrency: int = 1,
+    budget_s: float | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    index = load_index(Path(index_dir), verify=False)
+    chosen = select(list(index.snippets.values()), only, gpu_only=gpu_only)[: limit or None]
+    requests = [RunRequest.from_snippet(s, timeout_s=timeout_s, memory_mb=memory_mb) for s in chosen]
+    t0 = time.monotonic()
+    results: list[RunResult] = []
+    batch = max(1, concurrency)
+    for i in range(0, len(requests), batch):  # batches, so a time budget can stop between them
+        if budget_s is not None and time.monotonic() - t0 > budget_s:
+            results += [RunResult(status="skipped", reason=f"time budget of {budget_s:g} s spent before it ran", id=r.id, kind=r.kind, runner=runner.name)
+                        for r in requests[i:]]
+            break
+        done = runner.run_many(requests[i:i + batch], concurrency=batch)
+        for r in done:
+            log.info("%d/%d %s %s %s %.1fs %s", len(results) + 1, len(requests), r.id, r.kind, r.status, r.duration_s, r.reason[:120])
+            results.append(r)
+    ran = [r for r in results if "time budget" not in r.reason]
+    write_ledger(Path(index_dir), ran)
+    out = summarise_runs(results)
+    out["ledger"] = str(Path(index_dir) / LEDGER)
+    out["results"] = [
+        {**{k: v for k, v in r.to_json().items() if k not in ("stdout", "stderr")}, "path": index.snippets[r.id].path,
+         "source_url": index.snippets[r.id].source_url, "stderr_tail": r.stderr[-600:] if r.status != "passed" else ""}
+        for r in results
+    ]
+    return out

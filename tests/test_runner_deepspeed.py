@@ -1,0 +1,194 @@
+"""Snippets run for real against the installed deepspeed on CPU: configs, the Flops Profiler, the
+launcher; the runner service and the Ray backend give the same results as the local runner;
+`dsqa eval answers` over a small server; every untagged notes snippet passes.
+
+Ops compile on first use into TORCH_EXTENSIONS_DIR (default var/cache/torch_extensions) and are
+reused after that.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eval.runner import HttpRunner, LocalRunner, RunRequest, RunResult
+from tests.conftest import ServerThread
+
+pytestmark = pytest.mark.slow
+
+ZERO2_BF16 = json.dumps({
+    "train_batch_size": 16,
+    "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 1,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+    "bf16": {"enabled": True},
+    "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True},
+    "checkpoint": {"tag_validation": "Warn"},
+})
+MISSPELT = json.dumps({
+    "train_micro_batch_size_per_gpu": 2,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+    "zero_optimization": {"stage": 1, "reduce_bucket_sise": 500000},
+})
+FLOPS_CONFIG = json.dumps({
+    "train_micro_batch_size_per_gpu": 4,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+    "flops_profiler": {"enabled": True, "profile_step": 2, "module_depth": -1, "top_modules": 1, "detailed": False},
+})
+FLOPS_PYTHON = """\
+import torch
+from deepspeed.profiling.flops_profiler import get_model_profile
+
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+flops, macs, params = get_model_profile(model, input_shape=(4, 64), print_profile=False, as_string=False)
+assert macs == 4 * (64 * 128 + 128 * 8), macs
+print("MACs", macs, "params", params)
+"""
+
+
+@pytest.fixture(scope="module")
+def runner() -> LocalRunner:
+    return LocalRunner()
+
+
+def test_zero2_bf16_config_passes_with_checkpoint(runner: LocalRunner) -> None:
+    r = runner.run(RunRequest(kind="ds_config", code=ZERO2_BF16, timeout_s=600))
+    assert r.status == "passed", r.stderr[-2000:]
+    result = json.loads(r.stdout.split("DSQA_RESULT ", 1)[1].splitlines()[0])
+    assert result["zero_stage"] == 2 and result["dtype"] == "torch.bfloat16" and result["optimizer_steps"] >= 3
+    assert result["checkpoint"].startswith("saved and loaded")
+    assert r.adaptations == ["train_batch_size 16 -> 4 for world size 1 (micro 4 x accumulation 1)"]
+    assert r.device == "cpu" and r.deepspeed and r.torch
+
+
+def test_misspelt_key_fails_naming_it(runner: LocalRunner) -> None:
+    r = runner.run(RunRequest(kind="ds_config", code=MISSPELT, timeout_s=600))
+    assert r.status == "failed"
+    assert "reduce_bucket_sise" in r.reason and "reduce_bucket_size" in r.reason
+
+
+def test_flops_profiler_snippets_pass(runner: LocalRunner) -> None:
+    py = runner.run(RunRequest(kind="python", code=FLOPS_PYTHON, timeout_s=300))
+    assert py.status == "passed", py.stderr[-2000:]
+    cfg = runner.run(RunRequest(kind="ds_config", code=FLOPS_CONFIG, timeout_s=600))
+    assert cfg.status == "passed", cfg.stderr[-2000:]
+    assert "Flops Profiler" in cfg.stdout + cfg.stderr  # the profile printed at profile_step
+
+
+def test_launcher_snippet_runs_one_process(runner: LocalRunner) -> None:
+    r = runner.run(RunRequest(kind="launcher", code="deepspeed train.py --deepspeed --deepspeed_config ds_config.json", timeout_s=600))
+    assert r.status == "passed", r.stderr[-3000:]
+    assert '"world_size": 1' in r.stdout and '"optimizer_steps": 3' in r.stdout
+
+
+# the same snippets through the local runner, the runner service and Ray
+SAME = [
+    RunRequest(kind="python", code="import deepspeed\nprint(deepspeed.__version__)", timeout_s=300),
+    RunRequest(kind="ds_config", code=MISSPELT, timeout_s=600),
+    RunRequest(kind="ds_config", code='{"train_batch_size": 8, "fp16": {"enabled": true}}'),
+    RunRequest(kind="python", code="model.train()\nout = model(x)\nprint(tuple(out.shape))", timeout_s=300),
+]
+
+
+def _key(r: RunResult) -> tuple[str, str, str]:
+    return r.id, r.status, r.reason
+
+
+@pytest.fixture(scope="module")
+def local_results(runner: LocalRunner) -> list[RunResult]:
+    return runner.run_many(SAME)
+
+
+def test_runner_service_gives_the_same_results(local_results: list[RunResult]) -> None:
+    from eval.runner_service import create_runner_app
+
+    app = create_runner_app(token="tok", allowed=None)
+    with ServerThread(app) as server:
+        remote = HttpRunner(server.url, token="tok").run_many(SAME, concurrency=2)
+    assert [r.status for r in local_results] == ["passed", "failed", "skipped", "passed"]
+    assert [_key(r) for r in remote] == [_key(r) for r in local_results]
+    assert all(r.runner == server.url for r in remote)
+
+
+def test_ray_backend_gives_the_same_results(local_results: list[RunResult]) -> None:
+    pytest.importorskip("ray")
+    from eval.runner import RayRunner
+
+    ray_runner = RayRunner(num_cpus=1)
+    try:
+        results = ray_runner.run_many(SAME)
+    finally:
+        ray_runner.shutdown()
+    assert [_key(r) for r in results] == [_key(r) for r in local_results]
+    assert all(r.runner == "ray" for r in results)
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    from app.api import create_app, load_engine
+    from app.settings import Settings
+    from indexer.build import build_index
+    from indexer.embedder import HashEmbedder
+    from tests.conftest import RST, TUTORIAL
+
+    root = tmp_path_factory.mktemp("docs") / "DeepSpeed"
+    (root / "docs/_tutorials").mkdir(parents=True)
+    (root / "docs/code-docs/source").mkdir(parents=True)
+    (root / "docs/_tutorials/tiny.md").write_text(TUTORIAL)
+    (root / "docs/code-docs/source/pipeline.rst").write_text(RST)
+    out = tmp_path_factory.mktemp("idx") / "index"
+    emb = HashEmbedder()
+    build_index(out, emb, docs_dir=root, notes_dir=None, cache_dir=None, progress=False)
+    settings = Settings(index_dir=out, no_answer_threshold=0.0)
+    with ServerThread(create_app(settings, load_engine(settings, emb))) as server:
+        yield server
+
+
+def test_eval_answers_on_three_questions(small_server: ServerThread, tmp_path: Path) -> None:
+    from app.cli import main
+
+    questions = tmp_path / "q.jsonl"
+    rows = [
+        {"id": "q1", "question": "How do I set the ZeRO stage and overlap_comm?", "lang": "en", "topic": "zero",
+         "gold": [{"evidence": "Set the stage in the config"}], "must_mention": ["overlap_comm"]},
+        {"id": "q2", "question": "How do I launch training with deepspeed on 2 GPUs?", "lang": "en", "topic": "launcher",
+         "gold": [{"evidence": "Run it"}], "must_mention": ["--num_gpus"]},
+        {"id": "q3", "question": "流水线并行如何构建模型?", "lang": "zh", "topic": "pipeline",
+         "gold": [{"evidence": "Use PipelineModule to build it"}], "must_mention": ["PipelineModule"]},
+    ]
+    questions.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    rc = main(["eval", "answers", "--questions", str(questions), "--url", small_server.url + "/ask", "--runner", "local",
+               "--out", str(out), "--concurrency", "2", "--timeout", "600"])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["questions"] == 3 and summary["errors"] == 0
+    assert summary["retrieval"]["all"]["hit@10"] > 0 and set(summary["latency_ms"]) >= {"p50", "p90", "p99"}
+    kinds = summary["snippets"]["by_kind"]
+    assert kinds["ds_config"]["passed"] == 1 and kinds["launcher"]["skipped"] == 1  # --num_gpus 2 on CPU
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all("snippet_runs" in json.loads(x) for x in lines)
+    page = (out / "report.html").read_text()
+    assert page.count("<svg") == 4 and "<script" not in page
+
+
+def _untagged_notes_snippets() -> list:
+    from corpus import NOTES_DIR
+    from indexer.chunker import chunk_document
+    from indexer.docs_source import read_notes_dir
+
+    snippets = [s for doc in read_notes_dir(NOTES_DIR) for s in chunk_document(doc)[1]]
+    return [s for s in snippets if s.kind in ("ds_config", "python", "launcher") and not s.requires]
+
+
+def test_every_untagged_notes_snippet_passes(runner: LocalRunner) -> None:
+    snippets = _untagged_notes_snippets()
+    assert len(snippets) >= 30
+    requests = [RunRequest.from_snippet(s, timeout_s=600) for s in snippets]
+    results = runner.run_many(requests, concurrency=int(os.environ.get("DSQA_TEST_RUN_CONCURRENCY", "2")))
+    bad = [f"{s.path} [{s.kind} {s.id}]: {r.status}: {r.reason}" for s, r in zip(snippets, results, strict=True) if r.status != "passed"]
+    assert not bad, "notes snippets that do not pass on CPU:\n" + "\n".join(bad)

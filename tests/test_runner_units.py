@@ -1,0 +1,253 @@
+"""The snippet runner's pure parts, the ledger and stamps, the CLI's usage errors, the runner
+service's auth, hash check and queue bound (with a stub runner: no deepspeed runs here)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.ask import stamp
+from eval.answers_eval import percentiles, render_report, svg_bars, svg_histogram
+from eval.executors import (
+    Capabilities,
+    adapt_config,
+    detect_requirements,
+    free_names,
+    prepare,
+    unmet,
+)
+from eval.runner import LocalRunner, RunRequest, RunResult, failure_reason
+from eval.sandbox import is_secret_name, scrub_env
+from eval.verify import write_ledger
+from indexer.documents import Snippet, content_hash
+from indexer.store import read_ledger
+from tests.conftest import ServerThread
+
+CPU = Capabilities(device="cpu")
+GPU8 = Capabilities(device="cuda", gpus=8, aio=True, label="cuda (8x H200)")
+
+
+def names(reqs) -> set[str]:
+    return {r.name for r in reqs}
+
+
+@pytest.mark.parametrize(
+    ("kind", "code", "expected"),
+    [
+        ("ds_config", '{"train_batch_size": 8, "fp16": {"enabled": true}}', {"fp16"}),
+        ("ds_config", '{"train_batch_size": 8, "bf16": {"enabled": true}}', set()),
+        ("ds_config", '{"train_batch_size": "auto"}', {"hf-auto"}),
+        ("ds_config", '{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nvme"}}}', {"nvme"}),
+        ("ds_config", '{"train_batch_size": 8, "optimizer": {"type": "Lamb"}}', {"cuda"}),
+        ("python", "import torch\nx = torch.ones(2).cuda()", {"cuda"}),
+        ("python", "from deepspeed.ops.adam import FusedAdam\nopt = FusedAdam(params)", {"cuda"}),
+        ("python", "import torch\nif torch.cuda.is_available():\n    print(1)", set()),
+        ("python", "model = model.half()", {"fp16"}),
+        ("python", "import deepspeed\ndeepspeed.init_distributed(dist_backend='nccl')", {"nccl"}),
+        ("python", "from deepspeed.ops.op_builder import AsyncIOBuilder\nh = AsyncIOBuilder().load().aio_handle()", {"libaio"}),
+        ("python", "from deepspeed.io import gds_handle", {"gds"}),
+        ("python", "net = PipelineModule(layers=layers, num_stages=4)", {"multi-gpu"}),
+        ("python", "import transformers_not_here_xyz", {"package:transformers_not_here_xyz"}),
+        ("python", "cfg = {'fp16': {'enabled': True}}\nDeepSpeedConfig(cfg)", set()),  # parsed, not trained
+        ("python", "from transformers import AutoModel\nm = AutoModel.from_pretrained('bert-base-uncased')", {"network"}),
+        ("python", "m = AutoModel.from_pretrained('./local_dir')", set()),
+        ("python", "with get_accelerator().device(0):\n    pass", {"cuda"}),
+        ("ds_config", '{"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_quantized_weights": true}}', {"cuda"}),
+        ("ds_config", '{"train_batch_size": 8, "wandb": {"enabled": true}}', {"package:wandb", "network"}),
+        ("launcher", "deepspeed --num_gpus 8 train.py --deepspeed", {"multi-gpu"}),
+        ("launcher", "deepspeed --num_nodes 2 --num_gpus 8 train.py", {"multi-node", "multi-gpu"}),
+        ("launcher", "deepspeed --hostfile=myhosts train.py", {"multi-node"}),
+        ("launcher", "deepspeed train.py --deepspeed_config ds.json", set()),
+        ("hostfile", "worker-1 slots=4\nworker-2 slots=4", {"multi-node"}),
+        ("hostfile", "worker-1 slots=4", set()),
+    ],
+)
+def test_requirements_are_detected(kind: str, code: str, expected: set[str]) -> None:
+    assert names(detect_requirements(kind, code)) == expected
+
+
+def test_tags_and_capabilities() -> None:
+    reqs = detect_requirements("python", "print(1)", ("gpu", "cpu"))
+    assert names(reqs) == {"gpu"}
+    assert names(unmet(reqs, CPU)) == {"gpu"} and unmet(reqs, GPU8) == []
+    multi = detect_requirements("launcher", "deepspeed --num_gpus 4 train.py")
+    assert unmet(multi, GPU8) == [] and names(unmet(multi, Capabilities(device="cuda", gpus=1))) == {"multi-gpu"}
+    assert names(unmet(detect_requirements("python", "x", ("multi-node",)), GPU8)) == {"multi-node"}
+
+
+def test_skipped_on_cpu_with_reason_and_no_process() -> None:
+    r = LocalRunner(capabilities=CPU).run(RunRequest(kind="ds_config", code='{"train_batch_size": 8, "fp16": {"enabled": true}}'))
+    assert r.status == "skipped" and "fp16" in r.reason and "cpu" in r.reason and r.duration_s == 0
+    r = LocalRunner(capabilities=CPU).run(RunRequest(kind="shell", code="ls"))
+    assert r.status == "skipped"
+
+
+def test_only_world_size_values_are_adapted() -> None:
+    cfg, notes = adapt_config({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}, "gradient_clipping": 1.0,
+                               "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})
+    assert cfg["train_batch_size"] == 8 and cfg["zero_optimization"]["zero_hpz_partition_size"] == 1
+    assert cfg["gradient_clipping"] == 1.0 and cfg["optimizer"]["params"] == {"lr": 1e-4}
+    assert any("train_batch_size 64 -> 8" in n for n in notes) and any("zero_hpz_partition_size 8 -> 1" in n for n in notes)
+    frag, notes = adapt_config({"zero_optimization": {"stage": 2}})
+    assert frag["train_micro_batch_size_per_gpu"] == 2 and frag["optimizer"]["params"]["torch_adam"] is True
+    assert len(notes) == 2
+    same, notes = adapt_config({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW"}})
+    assert same["train_batch_size"] == 32 and notes == []  # accumulation 8 at world size 1: nothing to change
+
+
+def test_misspelt_key_is_named_before_running() -> None:
+    p = prepare("ds_config", '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2, "overlap_comms": true}}', CPU)
+    assert p.expect_unknown_keys and "overlap_comms" in p.expect_unknown_keys[0] and "overlap_comm'" in p.expect_unknown_keys[0]
+
+
+def test_free_names_and_prelude() -> None:
+    code = "import torch\nfor batch in data_loader:\n    loss = model_engine(batch)\n    model_engine.backward(loss)\ndef f(a):\n    return a + b\n"
+    assert free_names(ast.parse(code)) == ["data_loader", "model_engine", "b"]
+    p = prepare("python", "engine.train()\nprint(args.local_rank)", CPU)
+    assert not p.skip and p.adaptations == ["prelude supplied: engine, args"]
+    assert json.loads(p.files["plan.json"])["names"] == ["engine", "args"]
+    p = prepare("python", "out = my_model(tokens)", CPU)
+    assert p.skip.startswith("fragment") and "my_model" in p.skip and "tokens" in p.skip
+    assert prepare("python", "engine.step(\n", CPU).skip.startswith("fragment: not complete Python")
+    assert prepare("python", "import torch\ntorch.distributed.init_process_group(...)", CPU).skip == "fragment: '...' placeholders in a call"
+    assert not prepare("python", ">>> import torch\n>>> print(torch.ones(1))", CPU).skip
+
+
+def test_launcher_and_hostfile_are_rewritten_for_this_machine() -> None:
+    p = prepare("launcher", "NCCL_DEBUG=INFO deepspeed train.py --deepspeed --deepspeed_config ds_config.json", CPU)
+    assert p.argv[1:4] == ["-m", "deepspeed.launcher.runner", "--num_gpus"] and "train.py" in p.argv
+    assert "--deepspeed_config" in p.argv and "train.py" in p.files
+    p = prepare("launcher", "deepspeed --num_gpus 2 pretrain.py", GPU8)
+    assert p.argv[p.argv.index("--num_gpus") + 1] == "2" and any("pretrain.py" in a for a in p.adaptations)
+    assert prepare("launcher", "deepspeed --num_gpus <N> train.py", CPU).skip
+    p = prepare("hostfile", "worker-1 slots=8", CPU)
+    assert p.files["hostfile"] == "localhost slots=1\n" and p.adaptations
+
+
+def test_env_is_scrubbed() -> None:
+    env = scrub_env({"PATH": "/bin", "HOME": "/root", "SLACK_BOT_TOKEN": "x", "DSQA_LLM_API_KEY": "k", "AWS_SECRET_ACCESS_KEY": "s",
+                     "DS_ACCELERATOR": "cpu", "RANDOM_VAR": "1"}, {"RANK": "0", "MY_API_KEY": "leak"})
+    assert env == {"PATH": "/bin", "DS_ACCELERATOR": "cpu", "RANK": "0"}
+    assert is_secret_name("DSQA_RUNNER_TOKEN") and is_secret_name("GITHUB_PAT") and not is_secret_name("LOCAL_RANK")
+
+
+def test_failure_reason_picks_the_exception_line() -> None:
+    err = "Traceback (most recent call last):\n  File \"x\", line 1\nValueError: bad config\n[rank0]: noise\n"
+    assert failure_reason(err).startswith("ValueError: bad config")
+    pyd = ("[rank0]: pydantic_core._pydantic_core.ValidationError: 1 validation error for DeepSpeedZeroConfig\n"
+           "[rank0]: reduce_bucket_sise\n[rank0]:   Extra inputs are not permitted [type=extra_forbidden]\n"
+           "[rank0]:     For further information visit https://errors.pydantic.dev/2.14/v/extra_forbidden\n")
+    assert failure_reason(pyd) == ("pydantic_core._pydantic_core.ValidationError: 1 validation error for DeepSpeedZeroConfig | "
+                                   "reduce_bucket_sise | Extra inputs are not permitted [type=extra_forbidden]")
+    assert failure_reason("", "last words\n") == "last words"
+
+
+def test_ledger_is_merged_atomically_and_stamped(tmp_path: Path) -> None:
+    a = RunResult(status="passed", id="aaa", kind="ds_config", device="cpu", torch="2.13", deepspeed="0.19.8")
+    b = RunResult(status="failed", id="bbb", kind="python", reason="NameError: x", device="cpu", deepspeed="0.19.8")
+    write_ledger(tmp_path, [a, b])
+    write_ledger(tmp_path, [RunResult(status="timeout", id="bbb", kind="python", device="cpu", deepspeed="0.19.8")])
+    rows = read_ledger(tmp_path)
+    assert rows["aaa"]["status"] == "passed" and rows["bbb"]["status"] == "timeout"
+    assert [p.name for p in tmp_path.iterdir()] == ["verification.jsonl"]  # no temp files left
+    s = Snippet(id="aaa", language="json", kind="ds_config", code="{}", chunk_id="c", source_url="u", path="p", status="ok", checked_with="0.19.8")
+    text = stamp(s, rows["aaa"])
+    assert text.startswith("ran ok on cpu, deepspeed 0.19.8, 20")
+    assert stamp(s) == "checked ok against deepspeed 0.19.8"
+    assert stamp(s, {"status": "skipped", "reason": "needs gpu"}) == "checked ok against deepspeed 0.19.8"
+
+
+def test_report_is_self_contained() -> None:
+    assert percentiles([1, 2, 3, 4, 100])["p50"] == 3
+    svg = svg_bars("t", [("a", 0.5), ("b<", 1.0)]) + svg_histogram("h", [1.0, 5.0, 9.0])
+    assert svg.count("<svg") == 2 and "b&lt;" in svg
+    summary = {"questions": 1, "errors": 0, "retrieval": {"all": {"n": 1, "hit@5": 1.0}, "en": {"n": 1, "hit@5": 1.0}},
+               "by_topic": {"zero": {"n": 1, "hit@5": 1.0}}, "snippets": {"total": 0, "by_status": {}, "pass_rate": None, "by_kind": {}},
+               "latency_ms": {"p50": 3.0}}
+    page = render_report(summary, [{"id": "1", "question": "q", "lang": "en", "topic": "zero", "first_relevant": 1, "latency_ms": 3.0, "error": ""}])
+    assert "<script" not in page and "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_run_snippet_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli import main
+
+    assert main(["run-snippet", str(tmp_path / "missing.py"), "--kind", "python"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["run-snippet", "x.py", "--kind", "nonsense"])
+    assert exc.value.code == 2
+
+
+class _SlowStub(LocalRunner):
+    def __init__(self) -> None:
+        super().__init__(capabilities=CPU)
+
+    def run(self, request, *, gpu_ids=None):  # type: ignore[override]
+        time.sleep(0.6)
+        return RunResult(status="passed", id=request.id, kind=request.kind, device="cpu")
+
+
+def test_runner_service_auth_hash_and_queue_bound() -> None:
+    from eval.runner_service import create_runner_app
+
+    code = "print('hi')"
+    app = create_runner_app(token="s3cret", allowed={content_hash(code, length=12)}, runner=_SlowStub(), queue_limit=1)
+    with ServerThread(app) as server:
+        url = server.url + "/run"
+        body = {"kind": "python", "code": code}
+        assert httpx.post(url, json=body).status_code == 401
+        assert httpx.post(url, json=body, headers={"authorization": "Bearer wrong"}).status_code == 401
+        auth = {"authorization": "Bearer s3cret"}
+        assert httpx.post(url, json={"kind": "python", "code": "import os"}, headers=auth).status_code == 403
+        assert httpx.post(url, json={"kind": "bogus", "code": code}, headers=auth).status_code == 422
+        codes: list[int] = []
+
+        def post() -> None:
+            codes.append(httpx.post(url, json=body, headers=auth, timeout=30).status_code)
+
+        threads = [threading.Thread(target=post) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(codes) == [200, 200, 429, 429]  # one running + one queued; the rest refused
+        assert httpx.get(server.url + "/healthz").json()["slots"] == 1
+    with pytest.raises(ValueError):
+        create_runner_app(token="", allowed=None, runner=_SlowStub())
+
+
+class _PassStub(LocalRunner):
+    def __init__(self) -> None:
+        super().__init__(capabilities=CPU)
+
+    def run(self, request, *, gpu_ids=None):  # type: ignore[override]
+        return RunResult(status="passed", id=request.id, kind=request.kind, device="cpu", deepspeed="0.19.8")
+
+
+def test_verify_writes_the_ledger_and_ask_stamps_it(tiny_docs: Path, tmp_path: Path) -> None:
+    from app.api import load_engine
+    from app.ask import ask
+    from app.schemas import AskRequest
+    from app.settings import Settings
+    from eval.verify import verify_index
+    from indexer.build import build_index
+    from indexer.embedder import HashEmbedder
+    from indexer.store import load_index
+
+    out = tmp_path / "index"
+    emb = HashEmbedder()
+    build_index(out, emb, docs_dir=tiny_docs, notes_dir=None, cache_dir=None, progress=False)
+    report = verify_index(out, _PassStub(), only="docs")
+    assert report["total"] >= 3 and report["by_status"] == {"passed": report["total"]}  # docs + package API snippets
+    assert {"ds_config", "launcher", "python"} <= set(report["by_kind"])
+    index = load_index(out)  # the ledger is not part of the checksums
+    assert len(index.verification) == report["total"]
+    engine = load_engine(Settings(index_dir=out, no_answer_threshold=0.0), emb)
+    reply = ask(engine, AskRequest(question="configure ZeRO stage overlap_comm", k=3))
+    assert reply.snippets and all(s.stamp.startswith("ran ok on cpu, deepspeed 0.19.8") for s in reply.snippets)
