@@ -95,11 +95,19 @@ def write_index(
             "checksums": {p.relative_to(tmp).as_posix(): _sha256(p) for p in files},
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
+        _carry_ledger(out, tmp, {s.id for s in snippets})
         _swap_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _carry_ledger(old: Path, new: Path, snippet_ids: set[str]) -> None:
+    """Keep the verification runs of snippets that are still in the index (ids are content hashes)."""
+    rows = [row for sid, row in read_ledger(old).items() if sid in snippet_ids] if old.is_dir() else []
+    if rows:
+        _write_jsonl(new / LEDGER, rows)
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:

@@ -105,7 +105,8 @@ def test_json_lines_formatter_and_setup(capsys: pytest.CaptureFixture[str]) -> N
 def test_compose_file_has_a_gpu_runner() -> None:
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     runner = compose["services"]["runner"]
-    assert runner["command"] == ["dsqa", "runner", "serve", "--host", "0.0.0.0", "--port", "8100"]
+    assert runner["command"] == ["dsqa", "runner", "serve", "--index", "/data/index", "--host", "0.0.0.0", "--port", "8100"]
+    assert "index:/data:ro" in runner["volumes"]
     devices = runner["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
     assert "DSQA_RUNNER_TOKEN" in runner["environment"]

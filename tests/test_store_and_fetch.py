@@ -144,3 +144,13 @@ def test_fetch_errors_are_clear(tarball_server: tuple[str, bytes], tmp_path: Pat
         fetch_docs(tmp_path, "v0.19.8", url, sha256="0" * 64, progress=False)
     assert current_docs_dir(tmp_path) is None
     assert fetch_docs(tmp_path, "flaky", url, progress=False, retries=3).bytes > 0  # retried after a 503
+
+
+def test_rebuild_keeps_verification_runs_of_unchanged_snippets(tiny_docs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "index"
+    build_index(out, HashEmbedder(), docs_dir=tiny_docs, notes_dir=None, cache_dir=None, progress=False)
+    ids = list(load_index(out).snippets)
+    rows = [{"id": ids[0], "status": "passed", "device": "cpu"}, {"id": "gone-snippet", "status": "failed"}]
+    (out / "verification.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    build_index(out, HashEmbedder(), docs_dir=tiny_docs, notes_dir=None, cache_dir=None, progress=False)
+    assert set(load_index(out).verification) == {ids[0]}
