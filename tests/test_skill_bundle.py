@@ -45,3 +45,11 @@ def test_export_is_deterministic_and_links_resolve(tmp_path: Path) -> None:
     kept_codes = [code for f in (a.path / "references").glob("*.md") for code in re.findall(r"```\w*\n(.*?)\n```", f.read_text(), re.S)]
     verified = {s.code for s in statuses.values() if s.status == "ok"}
     assert kept_codes and all(code in verified for code in kept_codes)
+
+
+def test_every_notes_config_and_python_snippet_passes_static_checks() -> None:
+    statuses = _snippets()
+    checked = [s for s in statuses.values() if s.kind in {"ds_config", "python", "launcher", "hostfile"}]
+    assert len(checked) >= 30
+    bad = [(s.path, s.kind, s.status, s.reason) for s in checked if s.status not in {"ok", "not_checkable"}]
+    assert bad == []
