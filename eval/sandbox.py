@@ -95,11 +95,18 @@ def free_port() -> int:
 # The namespace set-up, run by `sh` inside the new namespaces before the program is exec'd.
 _SETUP = r"""
 set -e
-SBX="$1"; KEEP_RW="$2"; shift 2
+SBX="$1"; KEEP_RW="$2"; KEEP_RO="$3"; shift 3
 ip link set lo up 2>/dev/null || true
 mount --make-rprivate / 2>/dev/null || true
 if [ -n "$KEEP_RW" ] && [ -d "$KEEP_RW" ]; then mount --bind "$KEEP_RW" "$KEEP_RW"; fi
-mount --bind "$SBX" /tmp
+# paths under /tmp that must stay visible (the venv, the repo, the ops cache) are bound into the
+# sandbox dir at the same relative place before the sandbox dir is mounted over /tmp
+for p in $(echo "$KEEP_RO:$KEEP_RW" | tr ':' ' '); do
+  case "$p" in
+    /tmp/*) if [ -d "$p" ]; then mkdir -p "$SBX/${p#/tmp/}"; mount --rbind "$p" "$SBX/${p#/tmp/}"; fi ;;
+  esac
+done
+mount --rbind "$SBX" /tmp
 mount -t tmpfs -o size=512m,mode=1777 tmpfs /dev/shm 2>/dev/null || true
 mount -t proc proc /proc 2>/dev/null || true
 awk '{print $2}' /proc/self/mounts | sort -u | while read -r mp; do
@@ -121,7 +128,7 @@ def namespaces_available() -> bool:
     probe = tempfile.mkdtemp(prefix="dsqa-probe-")
     try:
         r = subprocess.run(
-            ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _SETUP, "sh", probe, "", "sh", "-c",
+            ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _SETUP, "sh", probe, "", "", "sh", "-c",
              "touch /tmp/ok && ! touch /usr/.dsqa_probe 2>/dev/null"],
             capture_output=True, timeout=20,
         )
@@ -130,6 +137,12 @@ def namespaces_available() -> bool:
         return False
     finally:
         shutil.rmtree(probe, ignore_errors=True)
+
+
+def _keep_visible(env: Mapping[str, str]) -> str:
+    """Read-only paths the program needs: the interpreter's prefix, this repo, PYTHONPATH entries."""
+    paths = [sys.prefix, str(Path(__file__).resolve().parents[1]), *env.get("PYTHONPATH", "").split(os.pathsep)]
+    return ":".join(dict.fromkeys(p for p in paths if p and ":" not in p and " " not in p))
 
 
 def _limits(memory_mb: int | None) -> None:  # runs in the child between fork and exec
@@ -165,7 +178,7 @@ def run_sandboxed(
         child_env = dict(env or {})
         child_env.update({"HOME": inner_dir, "TMPDIR": inner_dir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
         if use_ns:
-            cmd = ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _SETUP, "sh", str(sbx), keep_rw or "", *argv]
+            cmd = ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _SETUP, "sh", str(sbx), keep_rw or "", _keep_visible(child_env), *argv]
             isolation = ["timeout", "env_allowlist", "temp_cwd", "no_network", "private_tmp", "read_only_fs", "pid_namespace"]
         else:
             cmd = list(argv)
