@@ -17,6 +17,25 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `gpu` are skipped, and reported as skipped, where no CUDA GPU is present."""
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run eval/gpu_check.sh on a GPU host)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 def _real_docs() -> Path | None:
     env = os.environ.get("DSQA_TEST_DOCS")
     for candidate in [Path(env)] if env else [REPO.parent / "shared" / "deepspeed-docs"]:
