@@ -195,7 +195,22 @@ class _Recorder(dict):
         return _Keys(self)
 
 
+@lru_cache(maxsize=1)
+def logs_to_stderr() -> None:
+    """DeepSpeed's logger writes to stdout; ours is for results (`--json`, MCP stdio): move it."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import logging
+    import sys
+
+    from deepspeed.utils import logger
+
+    for handler in logger.handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+
+
 def _run_parser(cfg: dict[str, Any]) -> Exception | None:
+    logs_to_stderr()
     from deepspeed.runtime.config import DeepSpeedConfig
 
     try:
@@ -272,6 +287,7 @@ def build_catalogue() -> tuple[ConfigKey, ...]:
 
 
 def deepspeed_version() -> str:
+    logs_to_stderr()
     import deepspeed
 
     return str(deepspeed.__version__)

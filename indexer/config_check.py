@@ -11,13 +11,12 @@ import contextlib
 import copy
 import difflib
 import io
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from indexer.config_catalogue import ConfigKey, build_catalogue
+from indexer.config_catalogue import ConfigKey, build_catalogue, logs_to_stderr
 
 DOC = "https://www.deepspeed.ai/docs/config-json/"
 _ANCHORS = {
@@ -226,7 +225,7 @@ def _strip_auto(value: Any) -> Any:
 
 def _deepspeed_parser(cfg: dict[str, Any], world_size: int) -> str | None:
     """Run DeepSpeed's own DeepSpeedConfig; return its complaint, if any."""
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    logs_to_stderr()
     from deepspeed.runtime.config import DeepSpeedConfig
 
     class _Mpu:  # tells DeepSpeed the data-parallel world size without torch.distributed

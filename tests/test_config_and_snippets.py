@@ -132,3 +132,11 @@ def test_enum_values_come_from_deepspeeds_models() -> None:
     errs = _errors({"train_batch_size": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "gpu"}}})
     assert errs[0]["pointer"] == "/zero_optimization/offload_param/device" and "'cpu'" in errs[0]["message"]
     assert _errors({"train_batch_size": 8, "zero_optimization": {"stage": 5}})[0]["pointer"] == "/zero_optimization/stage"
+
+
+def test_json_output_stays_clean_when_deepspeed_warns(tmp_path: Path) -> None:
+    cfg = tmp_path / "warns.json"  # DeepSpeed logs a warning about max_grad_norm while parsing this
+    cfg.write_text(json.dumps({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 0.001, "max_grad_norm": 1.0}}}))
+    out = subprocess.run([sys.executable, "-m", "app.cli", "validate-config", str(cfg), "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["valid"] is True
