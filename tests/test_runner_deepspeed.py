@@ -129,22 +129,9 @@ def test_ray_backend_gives_the_same_results(local_results: list[RunResult]) -> N
 
 @pytest.fixture(scope="module")
 def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
-    from app.api import create_app, load_engine
-    from app.settings import Settings
-    from indexer.build import build_index
-    from indexer.embedder import HashEmbedder
-    from tests.conftest import RST, TUTORIAL
+    from tests.small_index import build_small_index, small_app
 
-    root = tmp_path_factory.mktemp("docs") / "DeepSpeed"
-    (root / "docs/_tutorials").mkdir(parents=True)
-    (root / "docs/code-docs/source").mkdir(parents=True)
-    (root / "docs/_tutorials/tiny.md").write_text(TUTORIAL)
-    (root / "docs/code-docs/source/pipeline.rst").write_text(RST)
-    out = tmp_path_factory.mktemp("idx") / "index"
-    emb = HashEmbedder()
-    build_index(out, emb, docs_dir=root, notes_dir=None, cache_dir=None, progress=False)
-    settings = Settings(index_dir=out, no_answer_threshold=0.0)
-    with ServerThread(create_app(settings, load_engine(settings, emb))) as server:
+    with ServerThread(small_app(build_small_index(tmp_path_factory))) as server:
         yield server
 
 

@@ -27,6 +27,20 @@ def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThrea
         yield server
 
 
+@pytest.fixture(scope="module")
+def browser():  # a Playwright browser on Debian's chromium
+    executable = _chromium()
+    if executable is None:
+        pytest.skip("no chromium on PATH: scripts/test.sh installs it with `apt-get install -y chromium`")
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
 def test_page_and_static_files_are_served_without_a_cdn(web_server: ServerThread) -> None:
     page = httpx.get(web_server.url + "/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -36,74 +50,55 @@ def test_page_and_static_files_are_served_without_a_cdn(web_server: ServerThread
         assert httpx.get(web_server.url + asset).status_code == 200
 
 
-def test_ask_copy_and_validate_in_headless_chromium(web_server: ServerThread, tmp_path: Path) -> None:
-    executable = _chromium()
-    if executable is None:
-        pytest.skip("no chromium on PATH: scripts/test.sh installs it with `apt-get install -y chromium`")
-    playwright = pytest.importorskip("playwright.sync_api")
+def test_ask_copy_and_validate_in_headless_chromium(web_server: ServerThread, browser, tmp_path: Path) -> None:
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=web_server.url)
+    page = context.new_page()
+    outside: list[str] = []
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(web_server.url) else None)
+    page.goto(web_server.url + "/")
+    page.wait_for_function("document.getElementById('index-status').textContent.includes('deepspeed')")
 
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"])
-        try:
-            context = browser.new_context(viewport={"width": 1200, "height": 900})
-            context.grant_permissions(["clipboard-read", "clipboard-write"], origin=web_server.url)
-            page = context.new_page()
-            outside: list[str] = []
-            page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(web_server.url) else None)
-            page.goto(web_server.url + "/")
-            page.wait_for_function("document.getElementById('index-status').textContent.includes('deepspeed')")
+    page.fill("#question", "How do I configure ZeRO stage 2 overlap_comm?")
+    page.click("#ask-button")
+    page.wait_for_selector("#result:not([hidden])", timeout=30_000)
+    assert page.locator("#answer a.cite").count() >= 1
+    first = page.locator("#passages li").first
+    assert first.locator("a.where").get_attribute("href", timeout=5000).startswith("https://www.deepspeed.ai/tutorials/tiny/")
+    snippets = page.locator(".snippet")
+    assert snippets.count() >= 2
+    assert snippets.first.get_attribute("data-status") == "ok"  # checked snippets come first
+    assert "checked ok against deepspeed" in snippets.first.locator(".head").inner_text()
 
-            page.fill("#question", "How do I configure ZeRO stage 2 overlap_comm?")
-            page.click("#ask-button")
-            page.wait_for_selector("#result:not([hidden])", timeout=30_000)
-            assert page.locator("#answer a.cite").count() >= 1
-            first = page.locator("#passages li").first
-            assert first.locator("a.where").get_attribute("href", timeout=5000).startswith("https://www.deepspeed.ai/tutorials/tiny/")
-            snippets = page.locator(".snippet")
-            assert snippets.count() >= 2
-            assert snippets.first.get_attribute("data-status") == "ok"  # checked snippets come first
-            assert "checked ok against deepspeed" in snippets.first.locator(".head").inner_text()
+    snippets.first.locator("button.copy").click()
+    page.wait_for_function("document.querySelector('.snippet button.copy').textContent === 'Copied'")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert copied.strip() == snippets.first.locator("pre code").inner_text().strip()
 
-            snippets.first.locator("button.copy").click()
-            page.wait_for_function("document.querySelector('.snippet button.copy').textContent === 'Copied'")
-            copied = page.evaluate("navigator.clipboard.readText()")
-            assert copied.strip() == snippets.first.locator("pre code").inner_text().strip()
+    page.fill("#config", '{"train_batch_size": 8, "fp16": {"enabld": true}}')
+    page.fill("#world-size", "1")
+    page.click("#validate-button")
+    page.wait_for_selector("#validation:not([hidden])", timeout=30_000)
+    verdict = page.locator("#validation .verdict").inner_text()
+    assert verdict.startswith("invalid")
+    assert "/fp16/enabld" in page.locator("#validation .findings").inner_text()
 
-            page.fill("#config", '{"train_batch_size": 8, "fp16": {"enabld": true}}')
-            page.fill("#world-size", "1")
-            page.click("#validate-button")
-            page.wait_for_selector("#validation:not([hidden])", timeout=30_000)
-            verdict = page.locator("#validation .verdict").inner_text()
-            assert verdict.startswith("invalid")
-            assert "/fp16/enabld" in page.locator("#validation .findings").inner_text()
-
-            page.wait_for_timeout(1700)  # let the Copy button settle back before the picture
-            shot = tmp_path / "web.png"
-            page.screenshot(path=str(shot), full_page=True)
-            saved = REPO / "var" / "screenshots"
-            saved.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(shot, saved / "web.png")
-            assert shot.stat().st_size > 10_000
-            assert outside == []  # no CDN, nothing fetched from elsewhere
-        finally:
-            browser.close()
+    page.wait_for_timeout(1700)  # let the Copy button settle back before the picture
+    shot = tmp_path / "web.png"
+    page.screenshot(path=str(shot), full_page=True)
+    saved = REPO / "var" / "screenshots"
+    saved.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, saved / "web.png")
+    assert shot.stat().st_size > 10_000
+    assert outside == []  # no CDN, nothing fetched from elsewhere
 
 
-def test_bad_question_shows_the_service_message(web_server: ServerThread) -> None:
-    executable = _chromium()
-    if executable is None:
-        pytest.skip("no chromium on PATH: scripts/test.sh installs it with `apt-get install -y chromium`")
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"])
-        try:
-            page = browser.new_page()
-            page.goto(web_server.url + "/")
-            page.fill("#topic", "x" * 64)
-            page.evaluate("document.getElementById('question').removeAttribute('maxlength')")
-            page.fill("#question", "q" * 2500)
-            page.click("#ask-button")
-            page.wait_for_selector("#ask-error:not([hidden])", timeout=30_000)
-            assert "question" in page.locator("#ask-error").inner_text()
-        finally:
-            browser.close()
+def test_bad_question_shows_the_service_message(web_server: ServerThread, browser) -> None:
+    page = browser.new_page()
+    page.goto(web_server.url + "/")
+    page.fill("#topic", "x" * 64)
+    page.evaluate("document.getElementById('question').removeAttribute('maxlength')")
+    page.fill("#question", "q" * 2500)
+    page.click("#ask-button")
+    page.wait_for_selector("#ask-error:not([hidden])", timeout=30_000)
+    assert "question" in page.locator("#ask-error").inner_text()
