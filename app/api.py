@@ -37,7 +37,7 @@ def load_engine(settings: Settings, embedder: Embedder | None = None) -> Engine:
         index = load_index(settings.index_dir)
     except IndexError_ as exc:
         log.error("index not loaded: %s", exc)
-        return Engine(settings=settings, index=None, retriever=None)
+        return Engine(settings=settings, index=None, retriever=None, problem=str(exc))
     if embedder is None:
         embedder = make_embedder(settings.embedding_model)
     if index.manifest.get("model") != embedder.name:

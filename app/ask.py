@@ -25,10 +25,11 @@ class Engine:
     settings: Settings
     index: LoadedIndex | None
     retriever: Retriever | None
+    problem: str = ""  # why the index is not loaded, when it is not
 
     def require(self) -> tuple[LoadedIndex, Retriever]:
         if self.index is None or self.retriever is None:
-            raise IndexNotReady("the index is not loaded yet; build it with `dsqa index` or wait for start-up")
+            raise IndexNotReady(self.problem or "the index is not loaded yet; build it with `dsqa index` or wait for start-up")
         return self.index, self.retriever
 
 

@@ -320,14 +320,6 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"dsqa: error: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:  # the fetch and index errors carry their own clear message
-        from indexer.fetch import FetchError
-        from indexer.store import IndexError_
-
-        if isinstance(exc, FetchError | IndexError_):
-            print(f"dsqa: error: {exc}", file=sys.stderr)
-            return 1
-        raise
 
 
 if __name__ == "__main__":

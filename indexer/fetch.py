@@ -19,10 +19,12 @@ from pathlib import Path, PurePosixPath
 import httpx
 from tqdm import tqdm
 
+from app.errors import SourceUnavailable
+
 CURRENT = "CURRENT"
 
 
-class FetchError(Exception):
+class FetchError(SourceUnavailable):
     """The docs could not be fetched or the download is not what it should be."""
 
 

@@ -20,6 +20,7 @@ import bm25s
 import faiss
 import numpy as np
 
+from app.errors import IndexUnusable
 from indexer.documents import Chunk, Snippet
 from indexer.tokenize import tokenize
 
@@ -28,8 +29,8 @@ MANIFEST = "manifest.json"
 LEDGER = "verification.jsonl"  # snippet runs (`dsqa verify`); not in the checksums, may change
 
 
-class IndexError_(Exception):
-    """The index folder is missing, incomplete or of another format (raised as app errors)."""
+class IndexError_(IndexUnusable):
+    """The index folder is missing, incomplete or of another format."""
 
 
 @dataclass

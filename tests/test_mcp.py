@@ -114,7 +114,7 @@ def test_clip_words_closes_an_open_code_fence() -> None:
 def test_tools_say_when_the_index_is_missing(tmp_path: Path) -> None:
     with ServerThread(small_app(tmp_path / "missing")) as server:
         _, (answer,) = calls(server.url + "/mcp", ("ask", {"question": "zero"}))
-    assert answer.is_error and "index is not loaded" in text_of(answer)
+    assert answer.is_error and "no index at" in text_of(answer) and "dsqa index" in text_of(answer)
 
 
 def test_stdio_transport_spawns_the_cli(index_dir: Path) -> None:
