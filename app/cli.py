@@ -227,7 +227,7 @@ def cmd_skill_export(args: argparse.Namespace, settings: Settings) -> int:
     from indexer.store import load_index
 
     index = load_index(args.index or settings.index_dir)
-    report = export_skill(args.dir, settings.notes_dir, index.snippets)
+    report = export_skill(args.dir, settings.notes_dir, index.snippets, index.verification)
     print(f"skill bundle -> {report.path}: {report.references} reference files, "
           f"{report.snippets_kept} verified snippets kept, {report.snippets_dropped} unverified left out")
     return 0

@@ -15,6 +15,7 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from indexer.config_catalogue import ConfigKey, build_catalogue, deepspeed_version
 from indexer.docs_source import read_notes_dir
@@ -43,12 +44,17 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "general"
 
 
-def _verified(code: str, statuses: dict[str, Snippet]) -> bool:
-    snippet = statuses.get(content_hash(code, length=12))
+def _verified(code: str, statuses: dict[str, Snippet], runs: dict[str, dict[str, Any]]) -> bool:
+    """A run that passed (`dsqa verify`) wins; a snippet never run counts when its static check is ok."""
+    sid = content_hash(code, length=12)
+    run = runs.get(sid)
+    if run is not None:
+        return run.get("status") == "passed"
+    snippet = statuses.get(sid)
     return snippet is not None and snippet.status in PASSED
 
 
-def _render_note(doc: Document, statuses: dict[str, Snippet], version: str) -> tuple[str, int, int]:
+def _render_note(doc: Document, statuses: dict[str, Snippet], runs: dict[str, dict[str, Any]], version: str) -> tuple[str, int, int]:
     kept = dropped = 0
     lines = [f"## {doc.title}", ""]
     for section in doc.sections:
@@ -57,7 +63,7 @@ def _render_note(doc: Document, statuses: dict[str, Snippet], version: str) -> t
         for block in section.blocks:
             if block.kind == "text":
                 lines += [block.text, ""]
-            elif _verified(block.text, statuses):
+            elif _verified(block.text, statuses, runs):
                 kept += 1
                 lines += [f"```{block.language}", block.text, "```", f"<sub>verified against deepspeed {version}</sub>", ""]
             else:
@@ -75,7 +81,7 @@ def _render_config(section: str, keys: list[ConfigKey]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def export_skill(out: Path, notes_dir: Path, snippets: dict[str, Snippet]) -> ExportReport:
+def export_skill(out: Path, notes_dir: Path, snippets: dict[str, Snippet], runs: dict[str, dict[str, Any]] | None = None) -> ExportReport:
     """Write the bundle into a temp dir beside `out` and rename it into place."""
     version = deepspeed_version()
     by_topic: dict[str, list[Document]] = defaultdict(list)
@@ -93,7 +99,7 @@ def export_skill(out: Path, notes_dir: Path, snippets: dict[str, Snippet]) -> Ex
         for topic in sorted(by_topic):
             parts = [f"# DeepSpeed: {topic}", ""]
             for doc in by_topic[topic]:
-                text, k, d = _render_note(doc, snippets, version)
+                text, k, d = _render_note(doc, snippets, runs or {}, version)
                 parts.append(text)
                 kept += k
                 dropped += d

@@ -53,3 +53,13 @@ def test_every_notes_config_and_python_snippet_passes_static_checks() -> None:
     assert len(checked) >= 30
     bad = [(s.path, s.kind, s.status, s.reason) for s in checked if s.status not in {"ok", "not_checkable"}]
     assert bad == []
+
+
+def test_a_failed_run_keeps_a_snippet_out(tmp_path: Path) -> None:
+    statuses = _snippets()
+    kept = export_skill(tmp_path / "a", NOTES_DIR, statuses).snippets_kept
+    ok = [s for s in statuses.values() if s.status == "ok" and s.kind in {"python", "ds_config"}]
+    runs = {ok[0].id: {"id": ok[0].id, "status": "failed"}}
+    report = export_skill(tmp_path / "b", NOTES_DIR, statuses, runs)
+    assert report.snippets_kept == kept - 1
+    assert ok[0].code not in "".join(f.read_text() for f in (tmp_path / "b" / "references").glob("*.md"))
