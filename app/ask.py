@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from app.answer import NOT_COVERED, Source, extractive_answer, generated_answer
@@ -31,6 +32,15 @@ class Engine:
         if self.index is None or self.retriever is None:
             raise IndexNotReady(self.problem or "the index is not loaded yet; build it with `dsqa index` or wait for start-up")
         return self.index, self.retriever
+
+    @cached_property
+    def stale_pages(self) -> dict[str, Snippet]:
+        """Page path -> one of its snippets that the installed deepspeed rejects (computed once)."""
+        stale: dict[str, Snippet] = {}
+        for s in self.index.snippets.values() if self.index is not None else ():
+            if s.status == "failed" and any(m in s.reason for m in _STALE):
+                stale.setdefault(s.path, s)
+        return stale
 
 
 def run_stamp(run: dict[str, Any]) -> str:
@@ -71,12 +81,8 @@ def best_snippets(snippets: list[SnippetOut], n: int) -> list[SnippetOut]:
 _STALE = ("removed", "missing in deepspeed", "neither one of deepspeed")
 
 
-def version_notes(index: LoadedIndex, hits: list[Hit]) -> str:
+def version_notes(stale: dict[str, Snippet], hits: list[Hit]) -> str:
     """Warn when a cited page shows code that the installed deepspeed no longer accepts."""
-    stale: dict[str, Snippet] = {}
-    for s in index.snippets.values():
-        if s.status == "failed" and any(m in s.reason for m in _STALE):
-            stale.setdefault(s.path, s)
     notes: list[str] = []
     seen: set[str] = set()
     for n, hit in enumerate(hits, 1):
@@ -124,7 +130,7 @@ def ask(engine: Engine, request: AskRequest) -> AskResponse:
         if not answer:
             answer = extractive_answer(result.query, sources)
     if covered:
-        answer += version_notes(index, result.hits)
+        answer += version_notes(engine.stale_pages, result.hits)
     t2 = time.perf_counter()
     return AskResponse(
         answer=answer,

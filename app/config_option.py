@@ -14,8 +14,8 @@ from pathlib import Path
 
 from app.errors import InvalidInput, NotFound
 from app.settings import Settings
-from indexer.config_catalogue import ConfigKey, build_catalogue, deepspeed_version
-from indexer.config_check import doc_url
+from indexer.config_catalogue import deepspeed_version
+from indexer.config_check import doc_url, keys_by_path
 from indexer.package_source import config_reference_prose, describe_key
 
 _PATH = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
@@ -43,29 +43,17 @@ def normalise_path(raw: str) -> str:
     return text
 
 
-@lru_cache(maxsize=1)
-def _by_path() -> dict[str, ConfigKey]:
-    keys: dict[str, ConfigKey] = {}
-    for key in build_catalogue():
-        keys.setdefault(key.path, key)
-    for key in build_catalogue():  # aliases resolve to the key they stand for
-        parent = key.path.rsplit(".", 1)[0] if "." in key.path else ""
-        for alias in key.aliases:
-            keys.setdefault(f"{parent}.{alias}" if parent else alias, key)
-    return keys
-
-
 def docs_root(settings: Settings) -> Path | None:
     """The DeepSpeed checkout whose docs/_pages/config-json.md holds the reference prose, if any."""
+    from indexer.docs_source import find_docs_root
     from indexer.fetch import current_docs_dir
 
     for candidate in (settings.docs_dir, current_docs_dir(settings.cache_dir)):
-        if candidate is None:
-            continue
-        if (candidate / "docs").is_dir():
-            return candidate
-        if candidate.name == "docs" and candidate.is_dir():
-            return candidate.parent
+        if candidate is not None:
+            try:
+                return find_docs_root(candidate)
+            except FileNotFoundError:
+                continue
     return None
 
 
@@ -76,7 +64,7 @@ def _prose(root: Path | None) -> dict[str, str]:
 
 def find_option(raw_path: str, root: Path | None = None) -> OptionInfo:
     path = normalise_path(raw_path)
-    keys = _by_path()
+    keys = keys_by_path()
     key = keys.get(path)
     if key is None:
         last = path.rsplit(".", 1)[-1]

@@ -70,16 +70,24 @@ def doc_url(path: list[str]) -> str:
 
 
 @lru_cache(maxsize=1)
-def _catalogue() -> tuple[dict[str, ConfigKey], dict[str, set[str]]]:
-    """Keys by dotted path (aliases too) and the known children of each section."""
-    by_path: dict[str, ConfigKey] = {}
-    children: dict[str, set[str]] = {"": set()}
+def keys_by_path() -> dict[str, ConfigKey]:
+    """Every config key by dotted path; an alias path resolves to the key it stands for."""
+    keys: dict[str, ConfigKey] = {key.path: key for key in build_catalogue()}
     for key in build_catalogue():
         parent = key.path.rsplit(".", 1)[0] if "." in key.path else ""
-        for name in (key.name, *key.aliases):
-            dotted = f"{parent}.{name}" if parent else name
-            by_path.setdefault(dotted, key)
-            children.setdefault(parent, set()).add(name)
+        for alias in key.aliases:
+            keys.setdefault(f"{parent}.{alias}" if parent else alias, key)
+    return keys
+
+
+@lru_cache(maxsize=1)
+def _catalogue() -> tuple[dict[str, ConfigKey], dict[str, set[str]]]:
+    """Keys by dotted path (aliases too) and the known children of each section."""
+    by_path = keys_by_path()
+    children: dict[str, set[str]] = {"": set()}
+    for dotted in by_path:
+        parent, _, name = dotted.rpartition(".")
+        children.setdefault(parent, set()).add(name)
     return by_path, children
 
 
@@ -144,9 +152,8 @@ def _walk(cfg: dict[str, Any], path: list[str], result: ValidationResult) -> Non
             result.errors.append(
                 Finding(pointer(here), f"'{dotted}' must be of type {entry.type}, got {type(value).__name__} {value!r}"[:300], None, doc_url(here))
             )
-        elif entry.is_section and not isinstance(value, dict | bool) and dotted not in {"communication_data_type"}:
-            if entry.type == "dict":
-                result.errors.append(Finding(pointer(here), f"'{dotted}' must be an object, got {type(value).__name__}", None, doc_url(here)))
+        elif entry.is_section and entry.type == "dict" and not isinstance(value, dict | bool):
+            result.errors.append(Finding(pointer(here), f"'{dotted}' must be an object, got {type(value).__name__}", None, doc_url(here)))
 
 
 def _num(v: Any) -> int | None:

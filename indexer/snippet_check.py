@@ -27,6 +27,7 @@ from indexer.documents import Snippet
 
 _BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu")
 _PLACEHOLDER = re.compile(r"\.\.\.|…|<[A-Za-z_ ]+>|\bYOUR_\w+")
+_LAUNCH_PLACEHOLDER = re.compile(r"<[^>]+>|\$\{?\w+\}?")  # <num_gpus>, $NNODES, ${N}
 _HOSTFILE = re.compile(r"^[\w.\-]+\s+slots\s*=\s*\d+\s*$")
 
 
@@ -153,8 +154,8 @@ def check_launcher(code: str) -> tuple[str, str]:
             words = shlex.split(line.lstrip("$ "))
         except ValueError as exc:
             return "failed", f"cannot split the command line: {exc}"
-        placeholders = [w for w in words if re.search(r"<[^>]+>|\$\{?\w+", w)]
-        words = [re.sub(r"<[^>]+>|\$\{?\w+\}?", "1", w) for w in words]
+        placeholders = [w for w in words if _LAUNCH_PLACEHOLDER.search(w)]
+        words = [_LAUNCH_PLACEHOLDER.sub("1", w) for w in words]
         while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
             words.pop(0)
         if not words or words[0] != "deepspeed":
