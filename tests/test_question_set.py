@@ -1,0 +1,89 @@
+"""Our labelled question set: size and make-up, every gold phrase verbatim in the docs and reachable
+in a passage, and the one split by id hash."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from eval.metrics import normalise
+from eval.question_set import QUESTIONS_DIR, load_question_set, load_split, question_files, split_of
+from indexer.build import chunk_all
+from indexer.docs_source import read_docs_dir
+
+
+def _rows() -> list[dict]:
+    return [json.loads(line) for f in question_files() for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_make_up_of_the_set() -> None:
+    rows = _rows()
+    assert len(rows) >= 240
+    assert len({r["id"] for r in rows}) == len(rows)
+    assert sum(r["origin"].startswith(("github-issue", "github-discussion")) for r in rows) >= 150
+    assert sum(r["lang"] == "zh" for r in rows) >= 40
+    plain = [r for r in rows if r.get("style") == "config-plain"]
+    assert len(plain) >= 30
+    for r in plain:  # the behaviour is described, the key never named
+        for key in r["must_mention"]:
+            leaf = key.split(".")[-1].lower()
+            assert leaf not in r["question"].lower() and leaf.replace("_", " ") not in r["question"].lower(), r["id"]
+    for r in rows:
+        assert r["lang"] in ("en", "zh") and 1 <= len(r["gold"]) <= 3, r["id"]
+        assert all(set(g) == {"path", "evidence"} for g in r["gold"]), r["id"]
+        if r["lang"] == "zh":
+            assert re.search(r"[\u4e00-\u9fff]", r["question"]), r["id"]
+
+
+def test_split_is_by_id_hash_and_balanced() -> None:
+    questions = load_question_set()
+    tune, test = load_split("tune"), load_split("test")
+    assert len(tune) + len(test) == len(questions)
+    assert {q.id for q in tune}.isdisjoint({q.id for q in test})
+    assert all(split_of(q.id) == "test" for q in test)
+    assert split_of("rq-a-001") == split_of("rq-a-001")
+    assert 0.4 <= len(tune) / len(questions) <= 0.6
+    for part in (tune, test):
+        assert Counter(q.lang for q in part)["zh"] >= 20
+
+
+def test_duplicate_ids_across_files_are_refused(tmp_path: Path) -> None:
+    line = '{"id": "x-1", "question": "q?", "lang": "en", "topic": "t", "gold": [], "must_mention": []}\n'
+    (tmp_path / "a.jsonl").write_text(line)
+    (tmp_path / "b.jsonl").write_text(line)
+    with pytest.raises(ValueError, match="twice"):
+        load_question_set(tmp_path)
+
+
+def test_every_gold_phrase_is_verbatim_in_its_file_and_in_a_passage(real_docs: Path) -> None:
+    """Verbatim in the named file (under the scoring rule's normalisation), and inside one passage of
+    the parsed, chunked docs: a phrase no passage can hold would be a question nobody can hit."""
+    chunks, _ = chunk_all(read_docs_dir(real_docs))
+    passages = [normalise(c.text) for c in chunks]
+    files: dict[str, str] = {}
+    problems = []
+    for r in _rows():
+        for g in r["gold"]:
+            path = real_docs / g["path"]
+            assert path.is_file(), f"{r['id']}: no file {g['path']}"
+            if g["path"] not in files:
+                raw = path.read_text(encoding="utf-8")
+                raw = re.sub(r"\]\([^)]*\)", "]", raw)  # link targets and inline HTML tags are not prose
+                files[g["path"]] = normalise(re.sub(r"</?[A-Za-z][^<>\n]*>", " ", raw))
+            phrase = normalise(g["evidence"])
+            words = len(g["evidence"].split())
+            assert 6 <= words <= 15, f"{r['id']}: evidence of {words} words"
+            if phrase not in files[g["path"]]:
+                problems.append(f"{r['id']}: not verbatim in {g['path']}: {g['evidence']!r}")
+            elif not any(phrase in p for p in passages):
+                problems.append(f"{r['id']}: in no passage: {g['evidence']!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_questions_dir_holds_only_question_files() -> None:
+    assert QUESTIONS_DIR.is_dir()
+    assert all(p.suffix == ".jsonl" for p in QUESTIONS_DIR.iterdir() if p.is_file())
