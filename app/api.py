@@ -14,43 +14,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from app.ask import Engine, ask
-from app.errors import DsqaError, IndexNotReady, IndexUnusable, InvalidInput, to_reply
-from app.glossary import Glossary
+from app.ask import ask
+from app.engine import Engine, load_engine
+from app.errors import DsqaError, IndexNotReady, InvalidInput, to_reply
 from app.mcp_server import mount_mcp
 from app.metrics import mount_metrics, set_index_chunks
-from app.retriever import HybridRetriever
 from app.schemas import AskRequest, AskResponse
 from app.settings import Settings
 from app.slack_bot import mount_slack
 from app.web import mount_web
 from indexer.config_check import validate_config
-from indexer.embedder import Embedder, make_embedder
-from indexer.store import IndexError_, load_index
 
 log = logging.getLogger(__name__)
-
-
-def load_engine(settings: Settings, embedder: Embedder | None = None) -> Engine:
-    """Load the index and the model; an unusable index gives an engine that is not ready."""
-    try:
-        index = load_index(settings.index_dir)
-    except IndexError_ as exc:
-        log.error("index not loaded: %s", exc)
-        return Engine(settings=settings, index=None, retriever=None, problem=str(exc))
-    if embedder is None:
-        embedder = make_embedder(settings.embedding_model)
-    if index.manifest.get("model") != embedder.name:
-        raise IndexUnusable(f"index was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it")
-    retriever = HybridRetriever(
-        index,
-        embedder,
-        Glossary.load(settings.glossary),
-        bm25_weight=settings.bm25_weight,
-        dense_weight=settings.dense_weight,
-        depth=settings.candidate_depth,
-    )
-    return Engine(settings=settings, index=index, retriever=retriever)
 
 
 def _field_of(error: dict[str, Any]) -> str:

@@ -4,43 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 from app.answer import NOT_COVERED, Source, extractive_answer, generated_answer
-from app.errors import IndexNotReady
-from app.retriever import Hit, Retriever
+from app.engine import Engine
+from app.retriever import Hit
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
-from app.settings import Settings
 from indexer.documents import Snippet
-from indexer.store import LoadedIndex
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Engine:
-    """What a loaded service holds: settings, the index and a retriever over it."""
-
-    settings: Settings
-    index: LoadedIndex | None
-    retriever: Retriever | None
-    problem: str = ""  # why the index is not loaded, when it is not
-
-    def require(self) -> tuple[LoadedIndex, Retriever]:
-        if self.index is None or self.retriever is None:
-            raise IndexNotReady(self.problem or "the index is not loaded yet; build it with `dsqa index` or wait for start-up")
-        return self.index, self.retriever
-
-    @cached_property
-    def stale_pages(self) -> dict[str, Snippet]:
-        """Page path -> one of its snippets that the installed deepspeed rejects (computed once)."""
-        stale: dict[str, Snippet] = {}
-        for s in self.index.snippets.values() if self.index is not None else ():
-            if s.status == "failed" and any(m in s.reason for m in _STALE):
-                stale.setdefault(s.path, s)
-        return stale
 
 
 def run_stamp(run: dict[str, Any]) -> str:
@@ -77,8 +49,6 @@ def best_snippets(snippets: list[SnippetOut], n: int) -> list[SnippetOut]:
     order = {"ok": 0, "passed": 0, "fragment": 1, "not_checkable": 2, "unchecked": 2, "failed": 3}
     return sorted(snippets, key=lambda s: order.get(s.status, 2))[:n]
 
-
-_STALE = ("removed", "missing in deepspeed", "neither one of deepspeed")
 
 
 def version_notes(stale: dict[str, Snippet], hits: list[Hit]) -> str:

@@ -15,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from app.errors import DsqaError, as_text  # noqa: E402
+from app.ranking import RANKER_FILE  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
 log = logging.getLogger("dsqa")
@@ -119,8 +120,8 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
-    from app.api import load_engine
     from app.ask import ask
+    from app.engine import load_engine
     from app.errors import InvalidInput
     from app.schemas import AskRequest
 
@@ -156,19 +157,31 @@ def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
-    from eval.retrieval_eval import run_retrieval_eval
+    from eval.retrieval_eval import format_table, run_retrieval_eval
 
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
-    summary = run_retrieval_eval(settings, args.questions, baseline=args.baseline)
+    results = run_retrieval_eval(settings, dev=args.dev, extra=args.questions, baseline=args.baseline)
     if args.json:
-        _print_json(summary)
+        _print_json(results)
     else:
-        for name, block in summary.items():
-            if isinstance(block, dict) and "hit@5" in block:
-                print(f"{name:>12}: n={block['n']} hit@1={block['hit@1']:.3f} hit@5={block['hit@5']:.3f} "
-                      f"hit@10={block['hit@10']:.3f} MRR@10={block['mrr@10']:.3f} nDCG@10={block['ndcg@10']:.3f} "
-                      f"mentions={block['mention_share']:.3f} median_words={block['median_top5_words']}")
+        print(format_table(results))
+    return 0
+
+
+def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
+    from app.engine import load_engine
+    from app.retriever import HybridRetriever
+    from eval.question_set import load_split
+    from eval.ranker_training import train_ranker
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    engine = load_engine(settings.model_copy(update={"learned_ranking": False}))
+    _, retriever = engine.require()
+    assert isinstance(retriever, HybridRetriever)
+    report = train_ranker(retriever, load_split("tune"), args.out)
+    _print_json(report)
     return 0
 
 
@@ -295,12 +308,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_skill_export)
 
     ev = sub.add_parser("eval", help="evaluate").add_subparsers(dest="eval_command", required=True)
-    s = ev.add_parser("retrieval", help="hit@k, MRR@10, nDCG@10 and mention share on labelled questions")
-    s.add_argument("--questions", type=Path, required=True)
+    s = ev.add_parser("retrieval", help="hit@k, MRR@10, nDCG@10 and mention share: our tune and test splits, the dev set")
+    s.add_argument("--dev", type=Path, default=Path("../shared/eval/dev.jsonl"), help="the dev set (skipped when absent)")
+    s.add_argument("--questions", type=Path, help="a further labelled question file, reported as its own set")
     s.add_argument("--index", type=Path)
-    s.add_argument("--baseline", action="store_true", help="also score BM25 alone on the same chunks")
+    s.add_argument("--baseline", action="store_true", help="also score the peers: BM25 alone, dense alone, RRF")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_eval_retrieval)
+    s = ev.add_parser("train-ranker", help="fit the learned re-ranking on the tune split (writes app/ranker.json)")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--out", type=Path, default=RANKER_FILE)
+    s.set_defaults(fn=cmd_train_ranker)
 
     from eval.cli_runner import add_runner_commands  # run-snippet, verify, runner serve, eval answers
 

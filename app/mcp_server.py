@@ -20,8 +20,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
 
-from app.ask import Engine, ask, best_snippets, snippet_out
+from app.ask import ask, best_snippets, snippet_out
 from app.config_option import docs_root, find_option
+from app.engine import Engine, load_engine
 from app.errors import DsqaError, InvalidInput, NotFound, as_text
 from app.schemas import MAX_K, AskRequest, AskResponse, SnippetOut
 from app.settings import Settings
@@ -238,8 +239,6 @@ class LazyEngine:
     def __call__(self) -> Engine:
         with self._lock:
             if self._engine is None and self._error is None:
-                from app.api import load_engine
-
                 try:
                     self._engine = load_engine(self.settings)
                 except DsqaError as exc:

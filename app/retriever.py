@@ -1,18 +1,26 @@
-"""Hybrid retrieval over the loaded index: BM25 with identifier-aware tokens plus dense MiniLM.
+"""Retrieval over the loaded index: the `Retriever` protocol, the shipped hybrid and its peers.
 
-The `Retriever` protocol is the seam the `ask` core depends on; `HybridRetriever` is the shipped
-one, and `Bm25Retriever` (BM25 alone over the same chunks) is the baseline we measure against.
+`HybridRetriever` (shipped): BM25 with identifier-aware tokens and MiniLM cosines, each over the
+whole question and over its ask (`app/query.py`); the union of both top lists is re-ranked by the
+learned linear model (`app/ranking.py`, trained on the `tune` split) or, without one, by the
+weighted fusion; then one passage per page section or config group unless the next of a group
+still scores close, and near-duplicates dropped. The peers measured beside it in the same run are
+`Bm25Retriever`, `DenseRetriever` and `RrfRetriever` (RRF of those two).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
 
-from app.fusion import near_duplicate, shingles, weighted_fusion
+from app.fusion import near_duplicate, rrf_fusion, shingles, weighted_fusion
 from app.glossary import Glossary, has_cjk
+from app.query import identifiers, split_question
+from app.ranking import ChunkTerms, LinearRanker, QuerySignals, candidate_features, chunk_terms
 from indexer.documents import Chunk
 from indexer.embedder import Embedder
 from indexer.store import LoadedIndex
@@ -22,7 +30,7 @@ from indexer.tokenize import tokenize
 @dataclass(frozen=True)
 class Hit:
     chunk: Chunk
-    score: float  # fused score, comparable within one query
+    score: float  # ranking score, comparable within one query
     bm25: float
     dense: float  # cosine similarity of the query and the passage
 
@@ -38,7 +46,7 @@ class Retriever(Protocol):
     def search(self, question: str, k: int = 5, *, topic: str | None = None, source: str | None = None) -> SearchResult: ...
 
 
-def _matches(chunk: Chunk, topic: str | None, source: str | None) -> bool:
+def matches_filter(chunk: Chunk, topic: str | None, source: str | None) -> bool:
     if source and chunk.source != source:
         return False
     if topic:
@@ -47,95 +55,226 @@ def _matches(chunk: Chunk, topic: str | None, source: str | None) -> bool:
     return True
 
 
+def group_of(chunk: Chunk) -> str:
+    """The unit diversity counts: a config key group or a note as a whole, else one page section."""
+    if chunk.source in ("config", "notes"):
+        return chunk.path
+    return f"{chunk.path}#{chunk.heading}"
+
+
+def dense_matrix(index: LoadedIndex) -> np.ndarray:
+    """The index's unit vectors as one matrix: a matrix product gives every cosine at once."""
+    n = index.vectors.ntotal
+    return index.vectors.reconstruct_n(0, n) if n else np.zeros((0, index.vectors.d), dtype=np.float32)
+
+
+NOTE_SLOT = 5  # the highest place one of our notes takes among the passages (1-based)
+
+
+@dataclass(frozen=True)
+class RetrievalOptions:
+    """Every retrieval choice in one place; each was kept because the `tune` split said so."""
+
+    bm25_share: float = 0.6  # weighted fusion (used when no ranker is loaded)
+    cjk_bm25_scale: float = 1.25  # a Chinese question's English is a bag of glossary terms: lean on BM25
+    source_priors: dict[str, float] = field(default_factory=lambda: {"notes": 0.7, "news": 0.9})
+    depth: int = 100  # candidates from each of BM25 and dense
+    split_ask: bool = True  # score the ask apart from the chatty context
+    ranker: LinearRanker | None = None  # the learned re-ranking; None: weighted fusion and priors
+    group_penalty: float = 0.5  # score taken off each further passage of an already-returned group
+    section_words: int = 350  # grow a passage with its section's neighbouring chunks up to this many words (0: off)
+    notes_last: bool = True  # at most one of our notes, in the last of the k slots (see `select`)
+    dedupe: bool = True
+
+
 class HybridRetriever:
     def __init__(
         self,
         index: LoadedIndex,
         embedder: Embedder,
         glossary: Glossary | None = None,
+        options: RetrievalOptions | None = None,
         *,
-        bm25_weight: float = 0.6,
-        dense_weight: float = 0.4,
-        depth: int = 100,
-        dedupe: bool = True,
-        source_priors: dict[str, float] | None = None,
+        bm25_tokens: Callable[[str], list[str]] = tokenize,
     ):
         self.index = index
         self.embedder = embedder
         self.glossary = glossary or Glossary({})
-        self.bm25_weight = bm25_weight
-        self.dense_weight = dense_weight
-        self.depth = depth
-        self.dedupe = dedupe
-        # a Chinese question reaches the retrievers as a bag of glossary terms, on which the dense model
-        # is weaker than on an English sentence: lean on BM25 more (measured on the dev set's zh part)
-        self.cjk_bm25_scale = 1.25
-        # our notes summarise; on equal evidence the docs they cite should rank first
-        # and release posts (blogs, _posts) rank after the tutorials and references
-        self.source_priors = source_priors if source_priors is not None else {"notes": 0.7, "news": 0.9}
+        self.options = options or RetrievalOptions()
+        self.bm25_tokens = bm25_tokens  # must match how the index's BM25 was built
+        self.matrix = dense_matrix(index)
+        self.sentences = index.sentences  # (vectors, owning chunk of each, ascending) or None
+        if self.sentences is not None:
+            owner = self.sentences[1]
+            self._sentence_starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+            self._sentence_chunks = owner[self._sentence_starts]
         self._shingles: dict[int, set[tuple[str, ...]]] = {}
 
-    def _bm25_scores(self, query: str) -> np.ndarray:
-        tokens = tokenize(query)
-        n = len(self.index.chunks)
+    @cached_property
+    def terms(self) -> list[ChunkTerms]:
+        return [chunk_terms(c) for c in self.index.chunks]
+
+    def _bm25(self, text: str) -> np.ndarray:
+        tokens = self.bm25_tokens(text)
         if not tokens:
-            return np.zeros(n, dtype=np.float32)
+            return np.zeros(len(self.index.chunks), dtype=np.float32)
         return np.asarray(self.index.bm25.get_scores(tokens), dtype=np.float32)
 
-    def _dense_scores(self, qv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        depth = min(self.depth, self.index.vectors.ntotal)
-        scores, ids = self.index.vectors.search(qv[None, :], depth)
-        return ids[0], scores[0]
+    def signals(self, question: str) -> tuple[str, QuerySignals]:
+        """The searched text and the question's scores over every chunk."""
+        parts = split_question(question)
+        query = self.glossary.expand(question)
+        ask = self.glossary.expand(parts.ask) if self.options.split_ask and parts.has_context else query
+        texts = [query] if ask == query else [query, ask]
+        vecs = self.embedder.embed(texts)
+        cos = self.matrix @ vecs.T if len(self.matrix) else np.zeros((0, len(texts)), dtype=np.float32)
+        bm25 = self._bm25(query)
+        sent = self._best_sentence(vecs, cos)
+        signals = QuerySignals(
+            bm25=bm25,
+            bm25_ask=bm25 if ask == query else self._bm25(ask),
+            cos=cos[:, 0],
+            cos_ask=cos[:, -1],
+            ask_terms=frozenset(tokenize(ask)),
+            identifiers=frozenset(identifiers(query)),
+            cjk=has_cjk(question),
+            sent=None if sent is None else sent[:, 0],
+            sent_ask=None if sent is None else sent[:, -1],
+        )
+        return query, signals
 
-    def expand(self, question: str) -> str:
-        return self.glossary.expand(question)
+    def _best_sentence(self, vecs: np.ndarray, passage_cos: np.ndarray) -> np.ndarray | None:
+        """Per chunk and query vector: the best cosine with one of the chunk's sentences (a chunk
+        without prose sentences keeps its passage cosine)."""
+        if self.sentences is None:
+            return None
+        best = passage_cos.copy()
+        best[self._sentence_chunks] = np.maximum.reduceat(self.sentences[0] @ vecs.T, self._sentence_starts, axis=0)
+        return best
+
+    def candidates(self, q: QuerySignals, topic: str | None = None, source: str | None = None) -> np.ndarray:
+        d = self.options.depth
+        pools = [np.argsort(-q.bm25)[:d], np.argsort(-q.cos)[:d]]
+        if q.bm25_ask is not q.bm25:
+            pools += [np.argsort(-q.bm25_ask)[: d // 2], np.argsort(-q.cos_ask)[: d // 2]]
+        cand = {int(i) for pool in pools for i in pool}
+        if topic is not None or source is not None:
+            cand = {i for i in cand if matches_filter(self.index.chunks[i], topic, source)}
+        return np.array(sorted(cand), dtype=np.int64)
+
+    def score(self, ids: np.ndarray, q: QuerySignals) -> np.ndarray:
+        o = self.options
+        if o.ranker is not None:
+            return o.ranker.score(candidate_features(ids, q, self.terms))
+        share = min(1.0, o.bm25_share * (o.cjk_bm25_scale if q.cjk else 1.0))
+        fused = weighted_fusion(q.bm25[ids], q.cos[ids], share, 1.0 - share)
+        if o.source_priors:
+            fused = fused * np.array([self._prior(self.index.chunks[int(i)]) for i in ids])
+        return fused
 
     def search(self, question: str, k: int = 5, *, topic: str | None = None, source: str | None = None) -> SearchResult:
-        query = self.expand(question)
-        bm25 = self._bm25_scores(query)
-        qv = self.embedder.embed([query])[0]
-        dense_ids, dense_scores = self._dense_scores(qv)
-        filtered = topic is not None or source is not None
-        chunks = self.index.chunks
-        cand = set(dense_ids.tolist()) | set(np.argsort(-bm25)[: self.depth].tolist())
-        cand.discard(-1)
-        if filtered:
-            cand = {i for i in cand if _matches(chunks[i], topic, source)}
-        if not cand:
+        query, q = self.signals(question)
+        ids = self.candidates(q, topic, source)
+        if not len(ids):
             return SearchResult(hits=[], query=query, relevance=0.0)
-        ids = np.array(sorted(cand))
-        cos = self._cosines(ids, qv, dense_ids, dense_scores)
-        share = self.bm25_weight / ((self.bm25_weight + self.dense_weight) or 1.0)
-        if has_cjk(question):  # an expanded query is a bag of glossary terms
-            share = min(1.0, share * self.cjk_bm25_scale)
-        fused = weighted_fusion(bm25[ids], cos, share, 1.0 - share)
-        if self.source_priors:
-            fused = fused * np.array([self._prior(chunks[i]) for i in ids])
-        order = np.argsort(-fused)
-        hits: list[Hit] = []
-        kept: list[int] = []
-        for pos in order:
-            idx = int(ids[pos])
-            if self.dedupe and any(near_duplicate(self._shingle(idx), self._shingle(j)) for j in kept):
-                continue
-            kept.append(idx)
-            hits.append(Hit(chunk=chunks[idx], score=float(fused[pos]), bm25=float(bm25[idx]), dense=float(cos[pos])))
-            if len(hits) >= k:
-                break
+        scores = self.score(ids, q)
+        hits = [
+            Hit(chunk=self.passage(i), score=s, bm25=float(q.bm25[i]), dense=float(q.cos[i]))
+            for i, s in self.select(ids, scores, k)
+        ]
         relevance = max((h.dense for h in hits), default=0.0)
         return SearchResult(hits=hits, query=query, relevance=relevance)
 
-    def _cosines(self, ids: np.ndarray, qv: np.ndarray, dense_ids: np.ndarray, dense_scores: np.ndarray) -> np.ndarray:
-        known = {int(i): float(s) for i, s in zip(dense_ids, dense_scores, strict=True)}
-        for i in ids:
-            if int(i) not in known:
-                known[int(i)] = float(np.dot(self.index.vectors.reconstruct(int(i)), qv))
-        return np.array([known[int(i)] for i in ids], dtype=np.float64)
+    def select(self, ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The k best by score, each further passage of a group already taken losing
+        `group_penalty` per passage taken, near-duplicates of a taken passage skipped.
+
+        With `notes_last`, DeepSpeed's own pages fill the slots and our best note, when it ranks
+        among the k best, stands no higher than fifth (the last slot of the default five): a note
+        summarises and adds what the installed version changed, but never stands before the docs
+        it summarises, and one note is enough."""
+        if not self.options.notes_last:
+            return self._select(ids, scores, k, skip_notes=False)
+        chosen = self._select(ids, scores, k, skip_notes=True)
+        notes = [int(p) for p in np.argsort(-scores, kind="stable") if self.index.chunks[int(ids[p])].source == "notes"]
+        if notes and k > 0:
+            best = notes[0]
+            rank = sum(1 for _, s in chosen if s > scores[best])
+            if rank < k:
+                slot = min(max(rank, min(k, NOTE_SLOT) - 1), len(chosen))
+                chosen = (chosen[:slot] + [(int(ids[best]), float(scores[best]))] + chosen[slot:])[:k]
+        return chosen
+
+    def _select(self, ids: np.ndarray, scores: np.ndarray, k: int, *, skip_notes: bool) -> list[tuple[int, float]]:
+        order = [int(p) for p in np.argsort(-scores, kind="stable")]
+        penalty = self.options.group_penalty
+        taken: dict[str, int] = {}
+        chosen: list[tuple[int, float]] = []
+        pool = order[: max(4 * k, 50)]
+        while pool and len(chosen) < k:
+            best_pos, best_val = 0, -np.inf
+            for n, p in enumerate(pool):
+                val = float(scores[p]) - penalty * taken.get(group_of(self.index.chunks[int(ids[p])]), 0)
+                if val > best_val:
+                    best_pos, best_val = n, val
+                if penalty == 0.0:
+                    break
+            p = pool.pop(best_pos)
+            idx = int(ids[p])
+            if skip_notes and self.index.chunks[idx].source == "notes":
+                continue
+            if self.options.section_words and any(idx in self.section_span(j) for j, _ in chosen):
+                continue  # already inside a passage taken
+            if self.options.dedupe and any(near_duplicate(self._shingle(idx), self._shingle(j)) for j, _ in chosen):
+                continue
+            group = group_of(self.index.chunks[idx])
+            taken[group] = taken.get(group, 0) + 1
+            chosen.append((idx, float(scores[p])))
+        return chosen
+
+    def section_span(self, idx: int) -> list[int]:
+        """The chunk and its neighbours of the same section, grown outwards while the words fit
+        `section_words` (the chunk alone when off or when nothing fits)."""
+        budget = self.options.section_words
+        chunks = self.index.chunks
+        span = [idx]
+        if budget <= 0:
+            return span
+        words = self.terms[idx].words
+        lo, hi = idx, idx
+        same = self._same_section
+        while True:
+            grown = False
+            for j in (hi + 1, lo - 1):
+                if 0 <= j < len(chunks) and same(idx, j) and words + self.terms[j].words <= budget:
+                    words += self.terms[j].words
+                    lo, hi = min(lo, j), max(hi, j)
+                    grown = True
+            if not grown:
+                return list(range(lo, hi + 1))
+
+    def _same_section(self, a: int, b: int) -> bool:
+        ca, cb = self.index.chunks[a], self.index.chunks[b]
+        return ca.path == cb.path and ca.trail == cb.trail
+
+    def passage(self, idx: int) -> Chunk:
+        """What a hit returns: the chunk, or its section span joined (its id, anchor and headings)."""
+        span = self.section_span(idx)
+        chunk = self.index.chunks[idx]
+        if len(span) == 1:
+            return chunk
+        parts = [self.index.chunks[j] for j in span]
+        return replace(
+            chunk,
+            text="\n\n".join(p.text for p in parts),
+            snippet_ids=tuple(s for p in parts for s in p.snippet_ids),
+        )
 
     def _prior(self, chunk: Chunk) -> float:
-        prior = self.source_priors.get(chunk.source, 1.0)
+        priors = self.options.source_priors
+        prior = priors.get(chunk.source, 1.0)
         if chunk.path.startswith(("blogs/", "docs/_posts/")):
-            prior *= self.source_priors.get("news", 1.0)
+            prior *= priors.get("news", 1.0)
         return prior
 
     def _shingle(self, idx: int) -> set[tuple[str, ...]]:
@@ -144,12 +283,70 @@ class HybridRetriever:
         return self._shingles[idx]
 
 
-class Bm25Retriever(HybridRetriever):
-    """BM25 alone over the same chunks and tokens: the baseline the hybrid must beat."""
+def _top_hits(index: LoadedIndex, scores: np.ndarray, k: int, topic: str | None, source: str | None,
+              cosines: np.ndarray | None = None) -> list[Hit]:
+    hits: list[Hit] = []
+    for i in np.argsort(-scores, kind="stable"):
+        chunk = index.chunks[int(i)]
+        if matches_filter(chunk, topic, source):
+            dense = float(cosines[int(i)]) if cosines is not None else 0.0
+            hits.append(Hit(chunk=chunk, score=float(scores[int(i)]), bm25=0.0, dense=dense))
+            if len(hits) >= k:
+                break
+    return hits
+
+
+class Bm25Retriever:
+    """Peer: BM25 alone over the same chunks and tokens (Chinese through the same glossary)."""
+
+    def __init__(self, index: LoadedIndex, glossary: Glossary | None = None):
+        self.index = index
+        self.glossary = glossary or Glossary({})
+
+    def scores(self, query: str) -> np.ndarray:
+        tokens = tokenize(query)
+        if not tokens:
+            return np.zeros(len(self.index.chunks), dtype=np.float32)
+        return np.asarray(self.index.bm25.get_scores(tokens), dtype=np.float32)
 
     def search(self, question: str, k: int = 5, *, topic: str | None = None, source: str | None = None) -> SearchResult:
-        query = self.expand(question)
-        bm25 = self._bm25_scores(query)
-        order = [int(i) for i in np.argsort(-bm25) if _matches(self.index.chunks[int(i)], topic, source)][:k]
-        hits = [Hit(chunk=self.index.chunks[i], score=float(bm25[i]), bm25=float(bm25[i]), dense=0.0) for i in order]
-        return SearchResult(hits=hits, query=query, relevance=0.0)
+        query = self.glossary.expand(question)
+        return SearchResult(hits=_top_hits(self.index, self.scores(query), k, topic, source), query=query, relevance=0.0)
+
+
+class DenseRetriever:
+    """Peer: the base dense model alone (cosine over the same chunks)."""
+
+    def __init__(self, index: LoadedIndex, embedder: Embedder, glossary: Glossary | None = None):
+        self.index = index
+        self.embedder = embedder
+        self.glossary = glossary or Glossary({})
+        self.matrix = dense_matrix(index)
+
+    def scores(self, query: str) -> np.ndarray:
+        return self.matrix @ self.embedder.embed([query])[0]
+
+    def search(self, question: str, k: int = 5, *, topic: str | None = None, source: str | None = None) -> SearchResult:
+        query = self.glossary.expand(question)
+        cos = self.scores(query)
+        hits = _top_hits(self.index, cos, k, topic, source, cos)
+        return SearchResult(hits=hits, query=query, relevance=max((h.dense for h in hits), default=0.0))
+
+
+class RrfRetriever:
+    """Peer: reciprocal rank fusion (k=60) of the BM25 and the dense rankings, equal weights."""
+
+    def __init__(self, index: LoadedIndex, embedder: Embedder, glossary: Glossary | None = None, depth: int = 100):
+        self.bm25 = Bm25Retriever(index, glossary)
+        self.dense = DenseRetriever(index, embedder, glossary)
+        self.index = index
+        self.depth = depth
+
+    def search(self, question: str, k: int = 5, *, topic: str | None = None, source: str | None = None) -> SearchResult:
+        query = self.bm25.glossary.expand(question)
+        rankings = [np.argsort(-s)[: self.depth].tolist() for s in (self.bm25.scores(query), self.dense.scores(query))]
+        fused = rrf_fusion(rankings, [1.0, 1.0])
+        scores = np.zeros(len(self.index.chunks))
+        for i, v in fused.items():
+            scores[i] = v
+        return SearchResult(hits=_top_hits(self.index, scores, k, topic, source), query=query, relevance=0.0)

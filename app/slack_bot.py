@@ -22,7 +22,8 @@ from slack_bolt.adapter.fastapi import SlackRequestHandler
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk import WebClient
 
-from app.ask import Engine, ask, best_snippets
+from app.ask import ask, best_snippets
+from app.engine import Engine
 from app.errors import DsqaError, InvalidInput, NotConfigured, as_text
 from app.schemas import MAX_QUESTION_CHARS, AskRequest, AskResponse
 from app.settings import Settings

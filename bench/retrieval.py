@@ -15,7 +15,7 @@ from pathlib import Path
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from app.api import load_engine  # noqa: E402
+from app.engine import load_engine  # noqa: E402
 from app.retriever import Bm25Retriever, HybridRetriever  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from eval.metrics import evaluate, load_questions  # noqa: E402

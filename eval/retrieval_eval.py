@@ -1,19 +1,24 @@
-"""`dsqa eval retrieval`: load the index and model once, score the shipped retriever (and BM25)."""
+"""`dsqa eval retrieval`: the shipped retriever (and its peers) on the tune and test splits of our
+question set and on the dev set, side by side, from one loaded index and model."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.api import load_engine
+from app.engine import Engine, load_engine
 from app.errors import IndexNotReady
-from app.retriever import Bm25Retriever, HybridRetriever, Retriever
+from app.retriever import Bm25Retriever, DenseRetriever, HybridRetriever, Retriever, RrfRetriever
 from app.settings import Settings
-from eval.metrics import evaluate, load_questions
+from eval.metrics import Question, evaluate, load_questions
+from eval.question_set import QUESTIONS_DIR, SPLITS, load_question_set, split_of
 from indexer.store import LoadedIndex
 
+METRICS = ("hit@1", "hit@5", "hit@10", "mrr@10", "ndcg@10", "mention_share", "median_top5_words")
 
-def search_fn(retriever: Retriever, index: LoadedIndex, k: int = 10) -> Any:
+
+def search_fn(retriever: Retriever, index: LoadedIndex, k: int = 10) -> Callable[[str], tuple[list[str], list[str]]]:
     def fn(question: str) -> tuple[list[str], list[str]]:
         result = retriever.search(question, k)
         codes = [index.snippets[s].code for h in result.hits[:5] for s in h.chunk.snippet_ids if s in index.snippets]
@@ -22,17 +27,57 @@ def search_fn(retriever: Retriever, index: LoadedIndex, k: int = 10) -> Any:
     return fn
 
 
-def run_retrieval_eval(settings: Settings, questions_file: Path, *, baseline: bool = False) -> dict[str, Any]:
-    questions = load_questions(questions_file)
+def question_sets(questions_dir: Path = QUESTIONS_DIR, dev: Path | None = None, extra: Path | None = None) -> dict[str, list[Question]]:
+    """tune and test (our set, split by id hash), dev when given, and any further file."""
+    ours = load_question_set(questions_dir) if questions_dir.is_dir() else []
+    sets: dict[str, list[Question]] = {s: [q for q in ours if split_of(q.id) == s] for s in SPLITS}
+    if dev is not None and dev.is_file():
+        sets["dev"] = load_questions(dev)
+    if extra is not None:
+        sets[extra.stem] = load_questions(extra)
+    return {name: qs for name, qs in sets.items() if qs}
+
+
+def peers(engine: Engine) -> dict[str, Retriever]:
+    """The retrievers measured beside the shipped one, over the same index, tokens and glossary."""
+    index, shipped = engine.require()
+    if not isinstance(shipped, HybridRetriever):
+        return {"shipped": shipped}
+    g = shipped.glossary
+    return {
+        "bm25": Bm25Retriever(index, g),
+        "dense": DenseRetriever(index, shipped.embedder, g),
+        "rrf": RrfRetriever(index, shipped.embedder, g),
+        "shipped": shipped,
+    }
+
+
+def score_sets(retrievers: dict[str, Retriever], index: LoadedIndex, sets: dict[str, list[Question]]) -> dict[str, Any]:
+    """retriever name -> set name -> summary (all / en / zh blocks and misses@5)."""
+    return {
+        name: {set_name: evaluate(qs, search_fn(r, index))[1] for set_name, qs in sets.items()}
+        for name, r in retrievers.items()
+    }
+
+
+def run_retrieval_eval(settings: Settings, *, dev: Path | None = None, extra: Path | None = None,
+                       baseline: bool = False, questions_dir: Path = QUESTIONS_DIR) -> dict[str, Any]:
     engine = load_engine(settings)
     if engine.index is None or engine.retriever is None:
         raise IndexNotReady(f"no usable index at {settings.index_dir}: build it with `dsqa index`")
-    _, summary = evaluate(questions, search_fn(engine.retriever, engine.index))
-    out: dict[str, Any] = {"shipped": summary["all"], **{f"shipped_{k}": v for k, v in summary.items() if k not in ("all",)}}
-    if baseline and isinstance(engine.retriever, HybridRetriever):
-        r = engine.retriever
-        bm25 = Bm25Retriever(r.index, r.embedder, r.glossary)
-        _, base = evaluate(questions, search_fn(bm25, engine.index))
-        out["bm25"] = base["all"]
-        out["bm25_misses@5"] = base["misses@5"]
-    return out
+    sets = question_sets(questions_dir, dev, extra)
+    retrievers = peers(engine) if baseline else {"shipped": engine.retriever}
+    return score_sets(retrievers, engine.index, sets)
+
+
+def format_table(results: dict[str, Any]) -> str:
+    """One line per retriever and question set (all questions, then the Chinese part's hit@5)."""
+    lines = [f"{'retriever':>9} {'set':>6} {'n':>4} " + " ".join(f"{m:>8}" for m in ("hit@1", "hit@5", "hit@10", "MRR@10", "nDCG@10", "mention", "words")) + "  zh_hit@5"]
+    for name, by_set in results.items():
+        for set_name, summary in by_set.items():
+            a = summary["all"]
+            vals = " ".join(f"{a[m]:>8.3f}" if m != "median_top5_words" else f"{a[m]:>8.0f}" for m in METRICS)
+            zh = summary.get("zh", {})
+            zh_txt = f"{zh['hit@5']:.3f} (n={zh['n']})" if zh.get("n") else "-"
+            lines.append(f"{name:>9} {set_name:>6} {a['n']:>4} {vals}  {zh_txt}")
+    return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 `stage3_max_live_parameters` yields the whole key and its stemmed parts; `deepspeed.zero.Init`
 yields the dotted name, `zero.init` style tails and the parts; `--num_gpus` yields `num_gpus`.
+Abbreviated parts also yield their words (`indexer/identifiers.py`).
 Pure and deterministic: the index and the queries use the same function.
 """
 
@@ -11,6 +12,8 @@ import re
 from functools import lru_cache
 
 import Stemmer
+
+from indexer.identifiers import expansion
 
 _TOKEN = re.compile(r"-{1,2}[A-Za-z][\w\-]*|[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*|\d+(?:\.\d+)?[A-Za-z]*")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+\d*|[A-Z]+\d*|\d+")
@@ -32,7 +35,8 @@ def _is_identifier(raw: str) -> bool:
     return raw.startswith("-") or "_" in core or "." in core or bool(re.search(r"[a-z][A-Z]", core))
 
 
-def tokenize(text: str) -> list[str]:
+def tokenize(text: str, *, expand: bool = True) -> list[str]:
+    """BM25 tokens; `expand` adds the words an abbreviated part stands for (`ckpt` -> checkpoint)."""
     stem = _stemmer().stemWord
     tokens: list[str] = []
     for m in _TOKEN.finditer(text):
@@ -54,4 +58,6 @@ def tokenize(text: str) -> list[str]:
                 low = piece.lower()
                 if len(low) > 1 and low not in STOPWORDS:
                     tokens.append(stem(low))
+                if expand:
+                    tokens.extend(stem(w) for w in expansion(low))
     return tokens

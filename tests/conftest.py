@@ -176,7 +176,8 @@ class ServerThread:
 
 @pytest.fixture(scope="session")
 def real_server(real_index: Path, embedder) -> Iterator[ServerThread]:
-    from app.api import create_app, load_engine
+    from app.api import create_app
+    from app.engine import load_engine
     from app.settings import Settings
 
     settings = Settings(index_dir=real_index)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.api import create_app, load_engine
+from app.api import create_app
+from app.engine import load_engine
 from app.settings import Settings
 from indexer.build import build_index
 from indexer.embedder import HashEmbedder

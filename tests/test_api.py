@@ -8,7 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.api import create_app, load_engine
+from app.api import create_app
+from app.engine import load_engine
 from app.settings import Settings
 from indexer.embedder import HashEmbedder
 from tests.conftest import ServerThread

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app.api import load_engine
 from app.ask import ask
+from app.engine import load_engine
 from app.schemas import AskRequest
 from indexer.embedder import HashEmbedder
 from tests.small_index import build_small_index, small_settings

@@ -231,8 +231,8 @@ class _PassStub(LocalRunner):
 
 
 def test_verify_writes_the_ledger_and_ask_stamps_it(tiny_docs: Path, tmp_path: Path) -> None:
-    from app.api import load_engine
     from app.ask import ask
+    from app.engine import load_engine
     from app.schemas import AskRequest
     from app.settings import Settings
     from eval.verify import verify_index

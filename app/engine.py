@@ -1,0 +1,87 @@
+"""The engine every front end and evaluation shares: the loaded index, the model and a retriever.
+
+`load_engine` lives here, below the HTTP layer, so evaluation, benchmarks, the CLI and MCP can
+search without importing FastAPI.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import cached_property
+
+from threadpoolctl import threadpool_limits
+
+from app.errors import IndexNotReady, IndexUnusable
+from app.glossary import Glossary
+from app.ranking import load_ranker
+from app.retriever import HybridRetriever, RetrievalOptions, Retriever
+from app.settings import Settings
+from indexer.documents import Snippet
+from indexer.embedder import Embedder, make_embedder
+from indexer.store import IndexError_, LoadedIndex, load_index
+
+log = logging.getLogger(__name__)
+
+# reasons of a failed static check that mean the installed deepspeed no longer has the feature
+_STALE = ("removed", "missing in deepspeed", "neither one of deepspeed")
+
+
+@dataclass
+class Engine:
+    """What a loaded service holds: settings, the index and a retriever over it."""
+
+    settings: Settings
+    index: LoadedIndex | None
+    retriever: Retriever | None
+    problem: str = ""  # why the index is not loaded, when it is not
+
+    def require(self) -> tuple[LoadedIndex, Retriever]:
+        if self.index is None or self.retriever is None:
+            raise IndexNotReady(self.problem or "the index is not loaded yet; build it with `dsqa index` or wait for start-up")
+        return self.index, self.retriever
+
+    @cached_property
+    def stale_pages(self) -> dict[str, Snippet]:
+        """Page path -> one of its snippets that the installed deepspeed rejects (computed once)."""
+        stale: dict[str, Snippet] = {}
+        for s in self.index.snippets.values() if self.index is not None else ():
+            if s.status == "failed" and any(m in s.reason for m in _STALE):
+                stale.setdefault(s.path, s)
+        return stale
+
+
+
+def retrieval_options(settings: Settings) -> RetrievalOptions:
+    """The shipped retrieval choices, with the settings' overrides."""
+    share = settings.bm25_weight / ((settings.bm25_weight + settings.dense_weight) or 1.0)
+    return RetrievalOptions(
+        bm25_share=share,
+        depth=settings.candidate_depth,
+        ranker=load_ranker() if settings.learned_ranking else None,
+        group_penalty=settings.group_penalty,
+        section_words=settings.passage_words,
+    )
+
+
+def load_engine(settings: Settings, embedder: Embedder | None = None) -> Engine:
+    """Load the index and the model; an unusable index gives an engine that is not ready."""
+    try:
+        index = load_index(settings.index_dir)
+    except IndexError_ as exc:
+        log.error("index not loaded: %s", exc)
+        return Engine(settings=settings, index=None, retriever=None, problem=str(exc))
+    # the query path multiplies small matrices: OpenBLAS threads that spin after each product would
+    # take the cores from the encoder (measured: 108 ms per query embedding instead of 20 on 2 cores)
+    threadpool_limits(1, user_api="blas")
+    if embedder is None:
+        embedder = make_embedder(settings.embedding_model)
+    if index.manifest.get("model") != embedder.name:
+        raise IndexUnusable(f"index was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it")
+    retriever = HybridRetriever(
+        index,
+        embedder,
+        Glossary.load(settings.glossary),
+        retrieval_options(settings),
+    )
+    return Engine(settings=settings, index=index, retriever=retriever)

@@ -1,0 +1,62 @@
+"""What a user's question asks, apart from the story around it.
+
+Real questions arrive as GitHub issues and chat messages: a paragraph of context ("we're
+fine-tuning a 13B model on 4 nodes and ..."), maybe a log line, then the ask. `split_question`
+separates the ask (questions, requests, quoted errors) from the context, so the retriever can
+weigh the ask more. Pure functions; English and Chinese.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from indexer.tokenize import tokenize
+
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？；])|\n+")
+_ASK_EN = re.compile(
+    r"^(how|what|why|which|where|when|who|is|are|can|could|does|do|did|should|would|will|any|has|have|"
+    r"please|pls|tell|explain|help|i need|i want|i'd like|is there|are there)\b",
+    re.IGNORECASE,
+)
+_ASK_ZH = re.compile(r"[？?]|吗|么|如何|怎样|怎么|什么|为什么|为何|是否|能否|可否|哪|有没有|请问|求")
+_ERROR = re.compile(r"\b\w*(error|exception|traceback|assert\w*|warning)\b|^\s*\w+(\.\w+)*:\s", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class QuestionParts:
+    ask: str  # the sentences that ask (or quote the error); the whole question when nothing stands out
+    context: str  # everything else ("" for a one-sentence question)
+
+    @property
+    def has_context(self) -> bool:
+        return bool(self.context.strip())
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+
+
+def _is_ask(sentence: str) -> bool:
+    s = sentence.strip().strip("\"'`*-> ")
+    return s.endswith(("?", "？")) or bool(_ASK_EN.match(s)) or bool(_ASK_ZH.search(s)) or bool(_ERROR.search(s))
+
+
+def split_question(question: str) -> QuestionParts:
+    """The ask and its context. One-sentence questions, and ones where every sentence asks or none
+    does, are all ask."""
+    parts = sentences(question)
+    if len(parts) <= 1:
+        return QuestionParts(ask=question.strip(), context="")
+    flags = [_is_ask(s) for s in parts]
+    if all(flags) or not any(flags):
+        return QuestionParts(ask=question.strip(), context="")
+    ask = " ".join(s for s, f in zip(parts, flags, strict=True) if f)
+    context = " ".join(s for s, f in zip(parts, flags, strict=True) if not f)
+    return QuestionParts(ask=ask, context=context)
+
+
+def identifiers(text: str) -> set[str]:
+    """The whole identifiers a text names (`overlap_comm`, `deepspeed.zero.init`, `--num_gpus`),
+    lowercased: the tokens with `_` or `.` that the tokenizer keeps whole."""
+    return {t for t in tokenize(text, expand=False) if "_" in t or "." in t}

@@ -1,0 +1,122 @@
+"""`dsqa eval train-ranker`: fit the learned re-ranking on the `tune` split only.
+
+For each tune question, the shipped retriever's candidates (BM25 and dense pools of the whole
+question and of its ask) become feature rows (`app/ranking.py`), labelled by the project's one
+relevance rule (`eval/metrics.py`). A pairwise logistic regression, its regularisation chosen by 5-fold
+cross-validation over tune questions (MRR@10 of the held-out folds), is written to `app/ranker.json`.
+The `test` split is never read here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.ranking import FEATURES, RANKER_FILE, LinearRanker, candidate_features
+from app.retriever import HybridRetriever
+from eval.metrics import Question, normalise
+from eval.question_set import split_of
+
+C_GRID = (0.01, 0.1, 1.0)
+HARD_NEGATIVES = 100
+
+
+@dataclass(frozen=True)
+class QuestionRows:
+    id: str
+    rows: np.ndarray  # one feature row per candidate
+    labels: np.ndarray  # 1 where the candidate holds a gold evidence phrase
+
+
+def question_rows(retriever: HybridRetriever, questions: list[Question]) -> list[QuestionRows]:
+    plain = replace(retriever.options, ranker=None)
+    scorer = HybridRetriever(retriever.index, retriever.embedder, retriever.glossary, plain, bm25_tokens=retriever.bm25_tokens)
+    scorer.matrix = retriever.matrix
+    norm_text = [normalise(c.text) for c in retriever.index.chunks]
+    out: list[QuestionRows] = []
+    for q in questions:
+        _, signals = scorer.signals(q.question)
+        # our notes are in our own words, so the evidence rule can never mark one relevant: they carry
+        # no label and are left out of training (at query time they are scored like any passage)
+        ids = scorer.candidates(signals)
+        rows = candidate_features(ids, signals, scorer.terms)  # over the whole pool, as at query time
+        keep = np.array([retriever.index.chunks[int(i)].source != "notes" for i in ids], dtype=bool)
+        evidence = [normalise(e) for e in q.evidence if normalise(e)]
+        labels = np.array([any(e in norm_text[int(i)] for e in evidence) for i in ids[keep]], dtype=np.int64)
+        out.append(QuestionRows(q.id, rows[keep], labels))
+    return out
+
+
+def fit(data: list[QuestionRows], c: float, trained_on: str = "") -> LinearRanker:
+    """Pairwise logistic regression (RankNet-style, linear): for each tune question, every relevant
+    candidate against its HARD_NEGATIVES hardest irrelevant ones (by BM25 plus cosine), so the
+    model learns to order candidates within a question rather than to score them in isolation."""
+    from sklearn.linear_model import LogisticRegression
+
+    x = np.vstack([d.rows for d in data])
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    bm25, cos = FEATURES.index("bm25"), FEATURES.index("cos")
+    diffs: list[np.ndarray] = []
+    for d in data:
+        z = (d.rows - mean) / scale
+        pos, neg = np.flatnonzero(d.labels), np.flatnonzero(d.labels == 0)
+        hard = neg[np.argsort(-(z[neg, bm25] + z[neg, cos]), kind="stable")[:HARD_NEGATIVES]]
+        diffs.extend(z[p] - z[hard] for p in pos)
+    if not diffs:
+        raise ValueError("no tune question has a relevant candidate: nothing to learn from")
+    pairs = np.vstack(diffs)
+    model = LogisticRegression(C=c, fit_intercept=False, max_iter=5000)
+    model.fit(np.vstack([pairs, -pairs]), np.r_[np.ones(len(pairs)), np.zeros(len(pairs))])
+    return LinearRanker(FEATURES, mean, scale, model.coef_[0].astype(np.float64), 0.0, trained_on)
+
+
+def mrr(ranker: LinearRanker, data: list[QuestionRows]) -> float:
+    total = 0.0
+    for d in data:
+        order = np.argsort(-ranker.score(d.rows), kind="stable")[:10]
+        first = next((n for n, i in enumerate(order, 1) if d.labels[i]), None)
+        total += 1.0 / first if first else 0.0
+    return total / max(len(data), 1)
+
+
+def choose_c(data: list[QuestionRows], folds: int = 5) -> tuple[float, dict[float, float]]:
+    """The regularisation with the best held-out MRR@10, folds by question."""
+    usable = [d for d in data if d.labels.any()]
+    fold_of = [hash_fold(d.id, folds) for d in usable]
+    results: dict[float, float] = {}
+    for c in C_GRID:
+        scores = []
+        for f in range(folds):
+            train = [d for d, k in zip(usable, fold_of, strict=True) if k != f]
+            held = [d for d, k in zip(usable, fold_of, strict=True) if k == f]
+            if train and held:
+                scores.append(mrr(fit(train, c), held) * len(held))
+        results[c] = sum(scores) / len(usable)
+    return max(results, key=lambda c: (results[c], -c)), results
+
+
+def hash_fold(question_id: str, folds: int) -> int:
+    return int(hashlib.sha256(f"fold:{question_id}".encode()).hexdigest()[:8], 16) % folds
+
+
+def train_ranker(retriever: HybridRetriever, tune: list[Question], out: Path = RANKER_FILE) -> dict[str, Any]:
+    if any(split_of(q.id) != "tune" for q in tune):
+        raise ValueError("the ranker is trained on tune questions only")
+    data = question_rows(retriever, tune)
+    c, cv = choose_c(data)
+    ranker = fit([d for d in data if d.labels.any()], c, trained_on=f"tune split, {len(tune)} questions, C={c}")
+    ranker.save(out)
+    return {
+        "questions": len(tune),
+        "with_relevant_candidate": sum(1 for d in data if d.labels.any()),
+        "C": c,
+        "cv_mrr@10": {str(k): round(v, 4) for k, v in cv.items()},
+        "weights": dict(zip(FEATURES, ranker.weights.round(3).tolist(), strict=True)),
+        "out": str(out),
+    }

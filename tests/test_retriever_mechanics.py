@@ -1,0 +1,152 @@
+"""The retriever's mechanics on a hand-made in-memory index (real FAISS and BM25, the hash embedder):
+question clean-up, abbreviation words, sentences, section passages, notes placement, diversity,
+the learned ranker's file, and the peers."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import bm25s
+import faiss
+import numpy as np
+import pytest
+
+from app.query import identifiers, split_question
+from app.ranking import FEATURES, LinearRanker, QuerySignals, candidate_features, chunk_terms, load_ranker
+from app.retriever import Bm25Retriever, DenseRetriever, HybridRetriever, RetrievalOptions, RrfRetriever
+from indexer.documents import Chunk
+from indexer.embedder import HashEmbedder
+from indexer.identifiers import ABBREVIATIONS, expansion
+from indexer.sentences import passage_sentences, sentence_table
+from indexer.store import LoadedIndex
+from indexer.tokenize import tokenize
+
+
+def _chunk(n: int, text: str, *, path: str = "docs/_tutorials/a.md", heading: str = "H", source: str = "docs") -> Chunk:
+    return Chunk(id=f"c{n}", text=text, path=path, url="u", title="T", heading=heading, trail=("T", heading), source=source)
+
+
+def _index(chunks: list[Chunk], *, sentences: bool = True) -> LoadedIndex:
+    emb = HashEmbedder()
+    vectors = emb.embed([c.search_text for c in chunks])
+    flat = faiss.IndexFlatIP(emb.dimension)
+    flat.add(vectors)
+    bm25 = bm25s.BM25()
+    with contextlib.redirect_stdout(None):
+        bm25.index([tokenize(c.search_text) for c in chunks], show_progress=False)
+    table = None
+    if sentences:
+        texts, owner, _ = sentence_table(chunks)
+        table = (emb.embed(texts), np.asarray(owner, dtype=np.int64))
+    return LoadedIndex(path=Path("."), manifest={}, chunks=chunks, snippets={}, vectors=flat, bm25=bm25, sentences=table)
+
+
+CHUNKS = [
+    _chunk(0, "Pipeline parallelism splits layers into stages of a PipelineModule.", path="docs/_tutorials/pipe.md", heading="Pipeline"),
+    _chunk(1, "Offload the optimizer states to the CPU with offload_optimizer.", heading="Offload"),
+    _chunk(2, "The offload device can be cpu or nvme, and pin_memory pins the buffers.", heading="Offload"),
+    _chunk(3, "Checkpoints are saved with save_checkpoint on every rank.", path="docs/_tutorials/ckpt.md", heading="Saving"),
+    _chunk(4, "Our note: offload_optimizer to cpu needs the CPU Adam build.", path="corpus/notes/offload.md", heading="Offload", source="notes"),
+    _chunk(5, "Tensor parallel (tp) sharding is set by tp_size in tensor_parallel.", path="docs/_tutorials/tp.md", heading="TP"),
+]
+
+
+def test_split_question_separates_the_ask_from_the_story() -> None:
+    q = "We fine-tune a 13B model on 4 nodes of A100s. Training is fine otherwise. How do I offload the optimizer to CPU?"
+    parts = split_question(q)
+    assert parts.ask == "How do I offload the optimizer to CPU?"
+    assert "13B model" in parts.context and parts.has_context
+    assert split_question("What does overlap_comm do?").context == ""
+    assert not split_question("Story one. Story two.").has_context  # nothing asks: all of it counts
+    err = split_question("We use ZeRO-3 on 8 GPUs. RuntimeError: CUDA out of memory. Tried many things.")
+    assert "RuntimeError" in err.ask
+    zh = split_question("我们用 8 张 A100 训练。怎么开启 ZeRO-3 的 offload？")
+    assert zh.ask.startswith("怎么") and "A100" in zh.context
+    assert identifiers("set overlap_comm and deepspeed.zero.Init, not ZeRO") == {"overlap_comm", "deepspeed.zero.init", "zero.init"}
+
+
+def test_abbreviations_meet_their_words_both_ways() -> None:
+    assert set(tokenize("gradient accumulation data type")) <= set(tokenize("grad_accum_dtype"))
+    assert "checkpoint" in tokenize("ckpt") and {"tensor", "parallel"} <= set(tokenize("tp=8"))
+    assert "checkpoint" not in tokenize("ckpt", expand=False)
+    assert expansion("DP") == ["data", "parallel"] and expansion("zero") == []
+    assert all(k == k.lower() and v for k, v in ABBREVIATIONS.items())
+
+
+def test_passage_sentences_skip_code_and_fragments() -> None:
+    text = "First sentence is here. Second one\nwraps over lines.\n\n```python\nx = 1. y = 2.\n```\n\nToo short."
+    assert passage_sentences(text) == ["First sentence is here.", "Second one wraps over lines."]
+    texts, owner, keys = sentence_table(CHUNKS[:2])
+    assert owner == [0, 1] and len(set(keys)) == 2
+
+
+def test_notes_never_lead_and_only_one_is_shown() -> None:
+    index = _index(CHUNKS)
+    r = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0))
+    hits = r.search("offload_optimizer cpu note", 5).hits
+    sources = [h.chunk.source for h in hits]
+    assert sources.count("notes") == 1 and sources.index("notes") == 4  # the fifth of five
+    assert [h.chunk.source for h in r.search("offload_optimizer cpu note", 3).hits].count("notes") <= 1
+    free = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0, notes_last=False))
+    assert free.search("our note offload_optimizer cpu adam build", 5).hits[0].chunk.source == "notes"
+
+
+def test_section_passages_join_neighbours_within_the_budget() -> None:
+    index = _index(CHUNKS)
+    r = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=350))
+    hits = r.search("pin_memory nvme offload device", 5).hits
+    first = hits[0]
+    assert "offload_optimizer" in first.chunk.text and "pin_memory" in first.chunk.text  # chunks 1 and 2 joined
+    assert sum("pin_memory" in h.chunk.text for h in hits) == 1  # the neighbour is not returned again
+    tight = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=15))
+    assert tight.section_span(1) == [1]
+    assert r.section_span(3) == [3]  # another section is never joined
+
+
+def test_diversity_penalty_demotes_a_second_passage_of_one_group() -> None:
+    index = _index(CHUNKS)
+    ids = np.array([1, 2, 3])
+    scores = np.array([1.0, 0.9, 0.8])
+    plain = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0, group_penalty=0.0, notes_last=False))
+    diverse = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0, group_penalty=0.5, notes_last=False))
+    assert [i for i, _ in plain.select(ids, scores, 3)] == [1, 2, 3]
+    assert [i for i, _ in diverse.select(ids, scores, 3)] == [1, 3, 2]
+
+
+def test_learned_ranker_file_round_trips_and_refuses_other_features(tmp_path: Path) -> None:
+    n = len(FEATURES)
+    ranker = LinearRanker(FEATURES, np.zeros(n), np.ones(n), np.arange(n, dtype=float), 0.5, "test")
+    path = tmp_path / "r.json"
+    ranker.save(path)
+    back = load_ranker(path)
+    assert back is not None and np.allclose(back.weights, ranker.weights) and back.bias == 0.5
+    rows = np.ones((2, n))
+    assert np.allclose(back.score(rows), ranker.score(rows))
+    path.write_text(path.read_text().replace('"bm25"', '"bm25_old"'))
+    with pytest.raises(ValueError, match="retrain"):
+        load_ranker(path)
+    assert load_ranker(tmp_path / "absent.json") is None
+
+
+def test_features_are_finite_and_shaped() -> None:
+    index = _index(CHUNKS, sentences=False)
+    terms = [chunk_terms(c) for c in CHUNKS]
+    z = np.zeros(len(CHUNKS), dtype=np.float32)
+    q = QuerySignals(z + 1, z, z + 0.5, z, frozenset(tokenize("offload cpu")), frozenset({"offload_optimizer"}), False)
+    rows = candidate_features(np.arange(len(index.chunks)), q, terms)
+    assert rows.shape == (len(CHUNKS), len(FEATURES)) and np.isfinite(rows).all()
+    assert rows[1, FEATURES.index("ident_match")] == 1.0 and rows[0, FEATURES.index("ident_match")] == 0.0
+
+
+def test_shipped_ranker_matches_this_version() -> None:
+    assert load_ranker() is not None  # app/ranker.json: trained by `dsqa eval train-ranker`
+
+
+def test_peers_stand_alone() -> None:
+    index = _index(CHUNKS)
+    for peer in (Bm25Retriever(index), DenseRetriever(index, HashEmbedder()), RrfRetriever(index, HashEmbedder())):
+        assert not isinstance(peer, HybridRetriever)
+        hits = peer.search("save_checkpoint on every rank", 3).hits
+        assert hits and hits[0].chunk.id == "c3"
+    assert Bm25Retriever(index).search("offload", 5, source="notes").hits[0].chunk.source == "notes"
