@@ -59,7 +59,6 @@ def retrieval_options(settings: Settings) -> RetrievalOptions:
         bm25_share=share,
         depth=settings.candidate_depth,
         ranker=load_ranker() if settings.learned_ranking else None,
-        group_penalty=settings.group_penalty,
         section_words=settings.passage_words,
     )
 

@@ -39,9 +39,6 @@ FEATURES: tuple[str, ...] = (
     "log_words",
     "cjk_bm25",  # BM25 again, for Chinese questions only (their English is a bag of glossary terms)
     "cjk_cos",
-    "sent_cos",  # best cosine of the question with one sentence of the passage
-    "sent_gap",  # that minus the best candidate's
-    "sent_ask",  # best cosine of the ask with one sentence of the passage
 )
 
 
@@ -77,8 +74,6 @@ class QuerySignals:
     ask_terms: frozenset[str]
     identifiers: frozenset[str]
     cjk: bool
-    sent: np.ndarray | None = None  # per chunk: best sentence cosine of the question (None: no sentence vectors)
-    sent_ask: np.ndarray | None = None
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -118,15 +113,6 @@ def candidate_features(ids: np.ndarray, q: QuerySignals, terms: list[ChunkTerms]
         rows[r, 14] = math.log1p(t.words)
     rows[:, 15] = bm_n if q.cjk else 0.0
     rows[:, 16] = cos if q.cjk else 0.0
-    if q.sent is not None and q.sent_ask is not None:
-        sent = q.sent[ids].astype(np.float64)
-        rows[:, 17] = sent
-        rows[:, 18] = sent - sent.max()
-        rows[:, 19] = q.sent_ask[ids]
-    else:  # no sentence vectors: the passage's own cosine stands in
-        rows[:, 17] = cos
-        rows[:, 18] = rows[:, 3]
-        rows[:, 19] = cosa
     return rows
 
 

@@ -3,8 +3,8 @@
 `HybridRetriever` (shipped): BM25 with identifier-aware tokens and MiniLM cosines, each over the
 whole question and over its ask (`app/query.py`); the union of both top lists is re-ranked by the
 learned linear model (`app/ranking.py`, trained on the `tune` split) or, without one, by the
-weighted fusion; then one passage per page section or config group unless the next of a group
-still scores close, and near-duplicates dropped. The peers measured beside it in the same run are
+weighted fusion; a passage grows with its section's neighbouring chunks (one passage per
+section), near-duplicates are dropped, and one of our notes at most stands fifth. The peers measured beside it in the same run are
 `Bm25Retriever`, `DenseRetriever` and `RrfRetriever` (RRF of those two).
 """
 
@@ -55,13 +55,6 @@ def matches_filter(chunk: Chunk, topic: str | None, source: str | None) -> bool:
     return True
 
 
-def group_of(chunk: Chunk) -> str:
-    """The unit diversity counts: a config key group or a note as a whole, else one page section."""
-    if chunk.source in ("config", "notes"):
-        return chunk.path
-    return f"{chunk.path}#{chunk.heading}"
-
-
 def dense_matrix(index: LoadedIndex) -> np.ndarray:
     """The index's unit vectors as one matrix: a matrix product gives every cosine at once."""
     n = index.vectors.ntotal
@@ -81,7 +74,6 @@ class RetrievalOptions:
     depth: int = 100  # candidates from each of BM25 and dense
     split_ask: bool = True  # score the ask apart from the chatty context
     ranker: LinearRanker | None = None  # the learned re-ranking; None: weighted fusion and priors
-    group_penalty: float = 0.5  # score taken off each further passage of an already-returned group
     section_words: int = 350  # grow a passage with its section's neighbouring chunks up to this many words (0: off)
     notes_last: bool = True  # at most one of our notes, in the last of the k slots (see `select`)
     dedupe: bool = True
@@ -103,11 +95,6 @@ class HybridRetriever:
         self.options = options or RetrievalOptions()
         self.bm25_tokens = bm25_tokens  # must match how the index's BM25 was built
         self.matrix = dense_matrix(index)
-        self.sentences = index.sentences  # (vectors, owning chunk of each, ascending) or None
-        if self.sentences is not None:
-            owner = self.sentences[1]
-            self._sentence_starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-            self._sentence_chunks = owner[self._sentence_starts]
         self._shingles: dict[int, set[tuple[str, ...]]] = {}
 
     @cached_property
@@ -129,7 +116,6 @@ class HybridRetriever:
         vecs = self.embedder.embed(texts)
         cos = self.matrix @ vecs.T if len(self.matrix) else np.zeros((0, len(texts)), dtype=np.float32)
         bm25 = self._bm25(query)
-        sent = self._best_sentence(vecs, cos)
         signals = QuerySignals(
             bm25=bm25,
             bm25_ask=bm25 if ask == query else self._bm25(ask),
@@ -138,19 +124,8 @@ class HybridRetriever:
             ask_terms=frozenset(tokenize(ask)),
             identifiers=frozenset(identifiers(query)),
             cjk=has_cjk(question),
-            sent=None if sent is None else sent[:, 0],
-            sent_ask=None if sent is None else sent[:, -1],
         )
         return query, signals
-
-    def _best_sentence(self, vecs: np.ndarray, passage_cos: np.ndarray) -> np.ndarray | None:
-        """Per chunk and query vector: the best cosine with one of the chunk's sentences (a chunk
-        without prose sentences keeps its passage cosine)."""
-        if self.sentences is None:
-            return None
-        best = passage_cos.copy()
-        best[self._sentence_chunks] = np.maximum.reduceat(self.sentences[0] @ vecs.T, self._sentence_starts, axis=0)
-        return best
 
     def candidates(self, q: QuerySignals, topic: str | None = None, source: str | None = None) -> np.ndarray:
         d = self.options.depth
@@ -186,8 +161,8 @@ class HybridRetriever:
         return SearchResult(hits=hits, query=query, relevance=relevance)
 
     def select(self, ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The k best by score, each further passage of a group already taken losing
-        `group_penalty` per passage taken, near-duplicates of a taken passage skipped.
+        """The k best by score; a chunk inside a section passage already taken, or a near-duplicate
+        of a taken passage, is skipped.
 
         With `notes_last`, DeepSpeed's own pages fill the slots and our best note, when it ranks
         among the k best, stands no higher than fifth (the last slot of the default five): a note
@@ -206,29 +181,17 @@ class HybridRetriever:
         return chosen
 
     def _select(self, ids: np.ndarray, scores: np.ndarray, k: int, *, skip_notes: bool) -> list[tuple[int, float]]:
-        order = [int(p) for p in np.argsort(-scores, kind="stable")]
-        penalty = self.options.group_penalty
-        taken: dict[str, int] = {}
         chosen: list[tuple[int, float]] = []
-        pool = order[: max(4 * k, 50)]
-        while pool and len(chosen) < k:
-            best_pos, best_val = 0, -np.inf
-            for n, p in enumerate(pool):
-                val = float(scores[p]) - penalty * taken.get(group_of(self.index.chunks[int(ids[p])]), 0)
-                if val > best_val:
-                    best_pos, best_val = n, val
-                if penalty == 0.0:
-                    break
-            p = pool.pop(best_pos)
+        for p in np.argsort(-scores, kind="stable"):
+            if len(chosen) >= k:
+                break
             idx = int(ids[p])
             if skip_notes and self.index.chunks[idx].source == "notes":
                 continue
             if self.options.section_words and any(idx in self.section_span(j) for j, _ in chosen):
-                continue  # already inside a passage taken
+                continue  # already inside a passage taken: one passage per section span
             if self.options.dedupe and any(near_duplicate(self._shingle(idx), self._shingle(j)) for j, _ in chosen):
                 continue
-            group = group_of(self.index.chunks[idx])
-            taken[group] = taken.get(group, 0) + 1
             chosen.append((idx, float(scores[p])))
         return chosen
 

@@ -31,7 +31,6 @@ class Settings(BaseSettings):
     dense_weight: float = 0.4
     candidate_depth: int = 100
     learned_ranking: bool = True  # re-rank with app/ranker.json (trained on the tune split); off: weighted fusion
-    group_penalty: float = 0.5  # diversity: score taken off each further passage of one section/config group
     passage_words: int = 350  # a passage grows with its section's neighbouring chunks up to this budget (0: off)
     # best passage cosine under which the answer says the docs do not cover the question; calibrated
     # on the dev set (lowest 0.47) against off-topic questions (highest 0.25)

@@ -1,53 +1,112 @@
-"""Retrieval benchmark: the shipped hybrid retriever against BM25 alone, measured in one run.
+"""Retrieval benchmark: the shipped retriever, its peers and its ablations, measured in one run on the
+tune and test splits of our question set and on the dev set, as ratios to BM25 alone.
 
-    .venv/bin/python bench/retrieval.py --questions ../shared/eval/dev.jsonl [--index var/index]
+    .venv/bin/python bench/retrieval.py [--index var/index] [--dev ../shared/eval/dev.jsonl] [--no-ablation]
 
-Prints each metric and its ratio to the BM25 baseline, plus query latency ratios.
+Peers: BM25 alone on our chunks, the base dense model alone, RRF of the two. Ablations: the shipped
+retriever with one method taken out; where the method changes the ranker's inputs, the ranker is
+retrained on `tune` without it (the `test` split is only scored). Also the query latency ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
+import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
+import bm25s  # noqa: E402
+
 from app.engine import load_engine  # noqa: E402
-from app.retriever import Bm25Retriever, HybridRetriever  # noqa: E402
+from app.ranking import load_ranker  # noqa: E402
+from app.retriever import HybridRetriever, RetrievalOptions, Retriever  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from eval.metrics import evaluate, load_questions  # noqa: E402
-from eval.retrieval_eval import search_fn  # noqa: E402
+from eval.question_set import QUESTIONS_DIR  # noqa: E402
+from eval.ranker_training import train_ranker  # noqa: E402
+from eval.retrieval_eval import peers, question_sets, score_sets, search_fn  # noqa: E402
+from indexer.store import LoadedIndex  # noqa: E402
+from indexer.tokenize import tokenize  # noqa: E402
+
+METRICS = ("hit@1", "hit@5", "hit@10", "mrr@10", "ndcg@10")
+
+
+def _plain_tokens(text: str) -> list[str]:
+    return tokenize(text, expand=False)
+
+
+def _without_expansion(index: LoadedIndex) -> LoadedIndex:
+    """The same index with a BM25 built from tokens without abbreviation words."""
+    bm25 = bm25s.BM25(k1=1.2, b=0.75)
+    with contextlib.redirect_stdout(None):
+        bm25.index([_plain_tokens(c.search_text) for c in index.chunks], show_progress=False)
+    return replace(index, bm25=bm25)
+
+
+def ablations(shipped: HybridRetriever, tune: list) -> dict[str, Retriever]:  # type: ignore[type-arg]
+    """Shipped minus one method each (ranker retrained on tune where its inputs change)."""
+    o = shipped.options
+    index, emb, g = shipped.index, shipped.embedder, shipped.glossary
+    tmp = Path(tempfile.mkdtemp(prefix="dsqa-bench-"))
+
+    def retrained(name: str, idx: LoadedIndex, opts: RetrievalOptions, tokens=tokenize) -> HybridRetriever:  # noqa: ANN001
+        base = HybridRetriever(idx, emb, g, replace(opts, ranker=None), bm25_tokens=tokens)
+        train_ranker(base, tune, tmp / f"{name}.json")
+        return HybridRetriever(idx, emb, g, replace(opts, ranker=load_ranker(tmp / f"{name}.json")), bm25_tokens=tokens)
+
+    plain = _without_expansion(index)
+    return {
+        "-ranker": HybridRetriever(index, emb, g, replace(o, ranker=None)),
+        "-ask_split": retrained("noask", index, replace(o, split_ask=False)),
+        "-abbrev": retrained("noabbrev", plain, o, _plain_tokens),
+        "-sections": HybridRetriever(index, emb, g, replace(o, section_words=0)),
+        "-notes_last": HybridRetriever(index, emb, g, replace(o, notes_last=False)),
+        "v1": HybridRetriever(plain, emb, g, RetrievalOptions(split_ask=False, section_words=0, notes_last=False),
+                              bm25_tokens=_plain_tokens),
+    }
+
+
+def latency_ms(retriever: Retriever, index: LoadedIndex, questions: list) -> float:  # type: ignore[type-arg]
+    fn = search_fn(retriever, index)
+    times = []
+    for q in questions:
+        t = time.perf_counter()
+        fn(q.question)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--questions", type=Path, required=True)
     ap.add_argument("--index", type=Path, default=Path("var/index"))
+    ap.add_argument("--dev", type=Path, default=Path("../shared/eval/dev.jsonl"))
+    ap.add_argument("--no-ablation", action="store_true")
     args = ap.parse_args()
     engine = load_engine(Settings(index_dir=args.index))
-    assert isinstance(engine.retriever, HybridRetriever) and engine.index is not None
-    questions = load_questions(args.questions)
-    hybrid = engine.retriever
-    baseline = Bm25Retriever(hybrid.index, hybrid.embedder, hybrid.glossary)
-    results = {}
-    for name, retriever in (("bm25", baseline), ("shipped", hybrid)):
-        fn = search_fn(retriever, engine.index)
-        times = []
-        for q in questions:
-            t = time.perf_counter()
-            fn(q.question)
-            times.append(time.perf_counter() - t)
-        _, summary = evaluate(questions, fn)
-        results[name] = (summary["all"], statistics.median(times) * 1000)
-    base, base_ms = results["bm25"]
-    ship, ship_ms = results["shipped"]
-    for key in ("hit@1", "hit@5", "hit@10", "mrr@10", "ndcg@10", "mention_share"):
-        ratio = ship[key] / base[key] if base[key] else float("inf")
-        print(f"{key:>14}: shipped {ship[key]:.3f}  bm25 {base[key]:.3f}  ratio {ratio:.2f}")
-    print(f"{'p50 latency':>14}: shipped {ship_ms:.1f} ms  bm25 {base_ms:.1f} ms  ratio {ship_ms / base_ms:.2f}")
+    index, shipped = engine.require()
+    assert isinstance(shipped, HybridRetriever)
+    sets = question_sets(QUESTIONS_DIR, args.dev)
+    retrievers = peers(engine)
+    if not args.no_ablation:
+        retrievers.update(ablations(shipped, sets["tune"]))
+    results = score_sets(retrievers, index, sets)
+    base = results["bm25"]
+    print(f"{'retriever':>11} {'set':>5} " + " ".join(f"{m:>14}" for m in METRICS) + f" {'zh hit@5':>9} {'words':>6}")
+    for name, by_set in results.items():
+        for set_name, summary in by_set.items():
+            a, b = summary["all"], base[set_name]["all"]
+            cells = " ".join(f"{a[m]:.3f} ({a[m] / b[m] if b[m] else float('inf'):.2f}x)" for m in METRICS)
+            zh = summary.get("zh", {}).get("hit@5")
+            print(f"{name:>11} {set_name:>5} {cells} {zh if zh is None else f'{zh:.3f}':>9} {a['median_top5_words']:>6}")
+    every = [q for qs in sets.values() for q in qs]
+    ms = {name: latency_ms(retrievers[name], index, every) for name in ("bm25", "dense", "shipped")}
+    print(f"median query latency: shipped {ms['shipped']:.1f} ms, dense {ms['dense']:.1f} ms, bm25 {ms['bm25']:.1f} ms; "
+          f"shipped/dense {ms['shipped'] / ms['dense']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -10,15 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from indexer.chunker import ChunkBudget, chunk_document
 from indexer.config_catalogue import deepspeed_version
 from indexer.docs_source import find_docs_root, read_docs_dir, read_notes_dir
 from indexer.documents import Chunk, Document, Snippet
 from indexer.embedder import Embedder, VectorCache, embed_with_cache
 from indexer.package_source import read_api_docs, read_config_catalogue
-from indexer.sentences import sentence_table
 from indexer.snippet_check import check_snippet
 from indexer.store import write_index
 
@@ -104,9 +101,6 @@ def build_index(
     cache = VectorCache(cache_dir, embedder.name) if cache_dir is not None else None
     texts = [c.search_text for c in chunks]
     vectors, embedded = embed_with_cache(embedder, texts, [c.id for c in chunks], cache, progress=progress)
-    sentence_texts, owner, keys = sentence_table(chunks)
-    sentence_vectors, embedded_sentences = embed_with_cache(embedder, sentence_texts, keys, cache, progress=progress)
-    embedded += embedded_sentences
     if cache is not None:
         cache.save()
     by_source = dict(Counter(c.source for c in chunks))
@@ -119,7 +113,6 @@ def build_index(
         "counts": {
             "documents": len(documents),
             "chunks": len(chunks),
-            "sentences": len(sentence_texts),
             "snippets": len(snippets),
             "by_source": by_source,
             "snippets_by_kind": dict(Counter(s.kind for s in snippets)),
@@ -129,5 +122,5 @@ def build_index(
         "build_seconds": round(seconds, 1),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    write_index(out, chunks, snippets, vectors, manifest, sentences=(sentence_vectors, np.asarray(owner, dtype=np.int64)))
+    write_index(out, chunks, snippets, vectors, manifest)
     return BuildReport(out, len(chunks), len(snippets), embedded, time.perf_counter() - start, by_source, missing)

@@ -24,10 +24,8 @@ from app.errors import IndexUnusable
 from indexer.documents import Chunk, Snippet
 from indexer.tokenize import tokenize
 
-FORMAT_VERSION = 2  # 2: tokens with abbreviation words, sentence vectors
+FORMAT_VERSION = 2  # 2: BM25 tokens carry the words of abbreviated identifier parts
 MANIFEST = "manifest.json"
-SENTENCE_VECTORS = "sentences.npy"
-SENTENCE_OWNER = "sentence_chunks.npy"
 LEDGER = "verification.jsonl"  # snippet runs (`dsqa verify`); not in the checksums, may change
 
 
@@ -45,7 +43,6 @@ class LoadedIndex:
     bm25: bm25s.BM25
     by_id: dict[str, int] = field(default_factory=dict)
     verification: dict[str, dict[str, Any]] = field(default_factory=dict)  # snippet id -> latest run
-    sentences: tuple[np.ndarray, np.ndarray] | None = None  # sentence vectors and the chunk each belongs to
 
     def __post_init__(self) -> None:
         self.by_id = {c.id: i for i, c in enumerate(self.chunks)}
@@ -75,18 +72,10 @@ def write_index(
     snippets: list[Snippet],
     vectors: np.ndarray,
     manifest: dict[str, Any],
-    *,
-    sentences: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Path:
-    """Write everything into a temp dir beside `out`, then swap it into place. `sentences`: the
-    passages' sentence vectors and the index of the chunk each belongs to (ascending)."""
+    """Write everything into a temp dir beside `out`, then swap it into place."""
     if len(chunks) != len(vectors):
         raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
-    if sentences is None:
-        sentences = (np.zeros((0, vectors.shape[1]), dtype=np.float32), np.zeros(0, dtype=np.int64))
-    sentence_vectors, owner = sentences
-    if len(sentence_vectors) != len(owner) or (len(owner) and (owner.min() < 0 or owner.max() >= len(chunks) or np.any(np.diff(owner) < 0))):
-        raise ValueError("sentence vectors and their chunk indices do not match the chunks")
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
@@ -96,8 +85,6 @@ def write_index(
         index = faiss.IndexFlatIP(int(vectors.shape[1]))
         index.add(np.ascontiguousarray(vectors, dtype=np.float32))
         faiss.write_index(index, str(tmp / "vectors.faiss"))
-        np.save(tmp / SENTENCE_VECTORS, np.ascontiguousarray(sentence_vectors, dtype=np.float32))
-        np.save(tmp / SENTENCE_OWNER, np.asarray(owner, dtype=np.int64))
         bm25 = bm25s.BM25(k1=1.2, b=0.75)
         bm25.index([tokenize(c.search_text) for c in chunks], show_progress=False)
         bm25.save(str(tmp / "bm25"))
@@ -185,10 +172,9 @@ def load_index(path: Path, verify: bool = True) -> LoadedIndex:
                 s = Snippet.from_json(json.loads(line))
                 snippets[s.id] = s
     vectors = faiss.read_index(str(path / "vectors.faiss"))
-    sentences = (np.load(path / SENTENCE_VECTORS), np.load(path / SENTENCE_OWNER))
     with contextlib.redirect_stdout(None):
         bm25 = bm25s.BM25.load(str(path / "bm25"))
     return LoadedIndex(
         path=path, manifest=manifest, chunks=chunks, snippets=snippets, vectors=vectors, bm25=bm25,
-        verification=read_ledger(path), sentences=sentences if len(sentences[1]) else None,
+        verification=read_ledger(path),
     )

@@ -1,5 +1,5 @@
 """The retriever's mechanics on a hand-made in-memory index (real FAISS and BM25, the hash embedder):
-question clean-up, abbreviation words, sentences, section passages, notes placement, diversity,
+question clean-up, abbreviation words, section passages, notes placement,
 the learned ranker's file, and the peers."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from app.retriever import Bm25Retriever, DenseRetriever, HybridRetriever, Retrie
 from indexer.documents import Chunk
 from indexer.embedder import HashEmbedder
 from indexer.identifiers import ABBREVIATIONS, expansion
-from indexer.sentences import passage_sentences, sentence_table
 from indexer.store import LoadedIndex
 from indexer.tokenize import tokenize
 
@@ -27,7 +26,7 @@ def _chunk(n: int, text: str, *, path: str = "docs/_tutorials/a.md", heading: st
     return Chunk(id=f"c{n}", text=text, path=path, url="u", title="T", heading=heading, trail=("T", heading), source=source)
 
 
-def _index(chunks: list[Chunk], *, sentences: bool = True) -> LoadedIndex:
+def _index(chunks: list[Chunk]) -> LoadedIndex:
     emb = HashEmbedder()
     vectors = emb.embed([c.search_text for c in chunks])
     flat = faiss.IndexFlatIP(emb.dimension)
@@ -35,11 +34,7 @@ def _index(chunks: list[Chunk], *, sentences: bool = True) -> LoadedIndex:
     bm25 = bm25s.BM25()
     with contextlib.redirect_stdout(None):
         bm25.index([tokenize(c.search_text) for c in chunks], show_progress=False)
-    table = None
-    if sentences:
-        texts, owner, _ = sentence_table(chunks)
-        table = (emb.embed(texts), np.asarray(owner, dtype=np.int64))
-    return LoadedIndex(path=Path("."), manifest={}, chunks=chunks, snippets={}, vectors=flat, bm25=bm25, sentences=table)
+    return LoadedIndex(path=Path("."), manifest={}, chunks=chunks, snippets={}, vectors=flat, bm25=bm25)
 
 
 CHUNKS = [
@@ -74,13 +69,6 @@ def test_abbreviations_meet_their_words_both_ways() -> None:
     assert all(k == k.lower() and v for k, v in ABBREVIATIONS.items())
 
 
-def test_passage_sentences_skip_code_and_fragments() -> None:
-    text = "First sentence is here. Second one\nwraps over lines.\n\n```python\nx = 1. y = 2.\n```\n\nToo short."
-    assert passage_sentences(text) == ["First sentence is here.", "Second one wraps over lines."]
-    texts, owner, keys = sentence_table(CHUNKS[:2])
-    assert owner == [0, 1] and len(set(keys)) == 2
-
-
 def test_notes_never_lead_and_only_one_is_shown() -> None:
     index = _index(CHUNKS)
     r = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0))
@@ -104,14 +92,14 @@ def test_section_passages_join_neighbours_within_the_budget() -> None:
     assert r.section_span(3) == [3]  # another section is never joined
 
 
-def test_diversity_penalty_demotes_a_second_passage_of_one_group() -> None:
-    index = _index(CHUNKS)
-    ids = np.array([1, 2, 3])
-    scores = np.array([1.0, 0.9, 0.8])
-    plain = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0, group_penalty=0.0, notes_last=False))
-    diverse = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0, group_penalty=0.5, notes_last=False))
-    assert [i for i, _ in plain.select(ids, scores, 3)] == [1, 2, 3]
-    assert [i for i, _ in diverse.select(ids, scores, 3)] == [1, 3, 2]
+def test_selection_skips_chunks_inside_a_taken_passage_and_near_duplicates() -> None:
+    dup = _chunk(6, CHUNKS[3].text + " Again.", path="docs/_tutorials/other.md", heading="Copy")
+    index = _index([*CHUNKS, dup])
+    ids, scores = np.array([1, 2, 3, 6]), np.array([1.0, 0.9, 0.8, 0.7])
+    joined = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(notes_last=False))
+    assert [i for i, _ in joined.select(ids, scores, 4)] == [1, 3]  # 2 is inside 1's passage, 6 copies 3
+    apart = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0, notes_last=False, dedupe=False))
+    assert [i for i, _ in apart.select(ids, scores, 4)] == [1, 2, 3, 6]
 
 
 def test_learned_ranker_file_round_trips_and_refuses_other_features(tmp_path: Path) -> None:
@@ -130,7 +118,7 @@ def test_learned_ranker_file_round_trips_and_refuses_other_features(tmp_path: Pa
 
 
 def test_features_are_finite_and_shaped() -> None:
-    index = _index(CHUNKS, sentences=False)
+    index = _index(CHUNKS)
     terms = [chunk_terms(c) for c in CHUNKS]
     z = np.zeros(len(CHUNKS), dtype=np.float32)
     q = QuerySignals(z + 1, z, z + 0.5, z, frozenset(tokenize("offload cpu")), frozenset({"offload_optimizer"}), False)
