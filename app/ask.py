@@ -69,7 +69,8 @@ def ask(engine: Engine, request: AskRequest) -> AskResponse:
     t0 = time.perf_counter()
     result = retriever.search(request.question, request.k, topic=request.topic, source=request.source)
     t1 = time.perf_counter()
-    covered = bool(result.hits) and result.relevance >= settings.no_answer_threshold
+    decided = result.covered if result.covered is not None else result.relevance >= settings.no_answer_threshold
+    covered = bool(result.hits) and decided
     passages = [
         Passage(
             id=h.chunk.id, text=h.chunk.text, path=h.chunk.path, url=h.chunk.url, title=h.chunk.title,

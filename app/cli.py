@@ -14,6 +14,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is imported a
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from app.coverage import ABSTENTION_FILE  # noqa: E402
 from app.errors import DsqaError, as_text  # noqa: E402
 from app.ranking import RANKER_FILE  # noqa: E402
 from app.settings import Settings  # noqa: E402
@@ -185,6 +186,22 @@ def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_train_abstention(args: argparse.Namespace, settings: Settings) -> int:
+    from app.engine import load_engine
+    from app.retriever import HybridRetriever
+    from eval.abstention_training import train_abstention
+    from eval.answer_quality import load_unanswerable
+    from eval.question_set import load_split, split_of
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    _, retriever = load_engine(settings.model_copy(update={"learned_abstention": False})).require()
+    assert isinstance(retriever, HybridRetriever)
+    unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "tune"]
+    _print_json(train_abstention(retriever, load_split("tune"), unanswerable, args.out))
+    return 0
+
+
 def cmd_validate_config(args: argparse.Namespace, settings: Settings) -> int:
     from indexer.config_check import validate_config
 
@@ -319,6 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--index", type=Path)
     s.add_argument("--out", type=Path, default=RANKER_FILE)
     s.set_defaults(fn=cmd_train_ranker)
+    s = ev.add_parser("train-abstention", help="fit the coverage decision on the tune split (writes app/abstention.json)")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--out", type=Path, default=ABSTENTION_FILE)
+    s.set_defaults(fn=cmd_train_abstention)
 
     from eval.cli_runner import add_runner_commands  # run-snippet, verify, runner serve, eval answers
 

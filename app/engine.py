@@ -12,8 +12,10 @@ from functools import cached_property
 
 from threadpoolctl import threadpool_limits
 
+from app.coverage import load_abstention
 from app.errors import IndexNotReady, IndexUnusable
 from app.glossary import Glossary
+from app.linear_model import LinearModel
 from app.ranking import load_ranker
 from app.retriever import HybridRetriever, RetrievalOptions, Retriever
 from app.settings import Settings
@@ -52,15 +54,28 @@ class Engine:
 
 
 
-def retrieval_options(settings: Settings) -> RetrievalOptions:
-    """The shipped retrieval choices, with the settings' overrides."""
+def retrieval_options(settings: Settings, encoder: str) -> RetrievalOptions:
+    """The shipped retrieval choices, with the settings' overrides. The learned models apply only to
+    the encoder they were trained with (its cosines are among their inputs); with any other, the
+    weighted fusion ranks and the best cosine against the threshold decides coverage."""
     share = settings.bm25_weight / ((settings.bm25_weight + settings.dense_weight) or 1.0)
+    ranker = _for_encoder("ranker", load_ranker() if settings.learned_ranking else None, encoder)
+    # the coverage decision reads the ranker's scores: it applies only together with the ranker
+    abstention = _for_encoder("coverage decision", load_abstention() if settings.learned_abstention else None, encoder)
     return RetrievalOptions(
         bm25_share=share,
         depth=settings.candidate_depth,
-        ranker=load_ranker() if settings.learned_ranking else None,
+        ranker=ranker,
+        abstention=abstention if ranker is not None else None,
         section_words=settings.passage_words,
     )
+
+
+def _for_encoder(name: str, model: LinearModel | None, encoder: str) -> LinearModel | None:
+    if model is not None and model.encoder != encoder:
+        log.warning("the learned %s was trained with %s, not %s: not used", name, model.encoder or "?", encoder)
+        return None
+    return model
 
 
 def load_engine(settings: Settings, embedder: Embedder | None = None) -> Engine:
@@ -81,6 +96,6 @@ def load_engine(settings: Settings, embedder: Embedder | None = None) -> Engine:
         index,
         embedder,
         Glossary.load(settings.glossary),
-        retrieval_options(settings),
+        retrieval_options(settings, embedder.name),
     )
     return Engine(settings=settings, index=index, retriever=retriever)

@@ -9,13 +9,13 @@ question set (`dsqa eval train-ranker`) turns a row into a score; its weights sh
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from app.linear_model import LinearModel, load_linear_model
 from indexer.documents import Chunk
 from indexer.tokenize import tokenize
 
@@ -116,52 +116,6 @@ def candidate_features(ids: np.ndarray, q: QuerySignals, terms: list[ChunkTerms]
     return rows
 
 
-@dataclass(frozen=True)
-class LinearRanker:
-    """A logistic-regression scorer over standardised features."""
-
-    features: tuple[str, ...]
-    mean: np.ndarray
-    scale: np.ndarray
-    weights: np.ndarray
-    bias: float
-    trained_on: str = ""
-
-    def score(self, rows: np.ndarray) -> np.ndarray:
-        return ((rows - self.mean) / self.scale) @ self.weights + self.bias
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "features": list(self.features),
-            "mean": self.mean.round(6).tolist(),
-            "scale": self.scale.round(6).tolist(),
-            "weights": self.weights.round(6).tolist(),
-            "bias": round(self.bias, 6),
-            "trained_on": self.trained_on,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, object]) -> LinearRanker:
-        features = tuple(str(f) for f in d["features"])  # type: ignore[attr-defined]
-        if features != FEATURES:
-            raise ValueError(f"ranker features {features} do not match this version's {FEATURES}: retrain it")
-        return cls(
-            features=features,
-            mean=np.asarray(d["mean"], dtype=np.float64),
-            scale=np.asarray(d["scale"], dtype=np.float64),
-            weights=np.asarray(d["weights"], dtype=np.float64),
-            bias=float(d["bias"]),  # type: ignore[arg-type]
-            trained_on=str(d.get("trained_on", "")),
-        )
-
-    def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
-        tmp.replace(path)
-
-
-def load_ranker(path: Path = RANKER_FILE) -> LinearRanker | None:
+def load_ranker(path: Path = RANKER_FILE) -> LinearModel | None:
     """The shipped ranker, or None when the file is absent (the retriever then fuses by hand)."""
-    if not path.is_file():
-        return None
-    return LinearRanker.from_json(json.loads(path.read_text(encoding="utf-8")))
+    return load_linear_model(path, FEATURES)

@@ -17,10 +17,12 @@ from typing import Protocol
 
 import numpy as np
 
+from app.coverage import coverage_features
 from app.fusion import near_duplicate, rrf_fusion, shingles, weighted_fusion
 from app.glossary import Glossary, has_cjk
+from app.linear_model import LinearModel
 from app.query import identifiers, split_question
-from app.ranking import ChunkTerms, LinearRanker, QuerySignals, candidate_features, chunk_terms
+from app.ranking import ChunkTerms, QuerySignals, candidate_features, chunk_terms
 from indexer.documents import Chunk
 from indexer.embedder import Embedder
 from indexer.store import LoadedIndex
@@ -40,6 +42,7 @@ class SearchResult:
     hits: list[Hit]
     query: str  # the text actually searched (a Chinese question's English expansion)
     relevance: float  # best cosine among the hits: how well the docs cover the question
+    covered: bool | None = None  # the retriever's own coverage decision; None: the caller judges `relevance`
 
 
 class Retriever(Protocol):
@@ -61,6 +64,7 @@ def dense_matrix(index: LoadedIndex) -> np.ndarray:
     return index.vectors.reconstruct_n(0, n) if n else np.zeros((0, index.vectors.d), dtype=np.float32)
 
 
+COVERAGE_DEPTH = 5  # the coverage decision looks at the first five passages, whatever k is
 NOTE_SLOT = 5  # the highest place one of our notes takes among the passages (1-based)
 
 
@@ -73,7 +77,8 @@ class RetrievalOptions:
     source_priors: dict[str, float] = field(default_factory=lambda: {"notes": 0.7, "news": 0.9})
     depth: int = 100  # candidates from each of BM25 and dense
     split_ask: bool = True  # score the ask apart from the chatty context
-    ranker: LinearRanker | None = None  # the learned re-ranking; None: weighted fusion and priors
+    ranker: LinearModel | None = None  # the learned re-ranking; None: weighted fusion and priors
+    abstention: LinearModel | None = None  # the coverage decision (`app/coverage.py`); None: no decision
     section_words: int = 350  # grow a passage with its section's neighbouring chunks up to this many words (0: off)
     notes_last: bool = True  # at most one of our notes, in the last of the k slots (see `select`)
     dedupe: bool = True
@@ -153,12 +158,22 @@ class HybridRetriever:
         if not len(ids):
             return SearchResult(hits=[], query=query, relevance=0.0)
         scores = self.score(ids, q)
-        hits = [
-            Hit(chunk=self.passage(i), score=s, bm25=float(q.bm25[i]), dense=float(q.cos[i]))
-            for i, s in self.select(ids, scores, k)
-        ]
+        chosen = self.select(ids, scores, k)
+        hits = [Hit(chunk=self.passage(i), score=s, bm25=float(q.bm25[i]), dense=float(q.cos[i])) for i, s in chosen]
         relevance = max((h.dense for h in hits), default=0.0)
-        return SearchResult(hits=hits, query=query, relevance=relevance)
+        covered = None
+        model = self.options.abstention
+        if model is not None and chosen:
+            top = chosen if k >= COVERAGE_DEPTH else self.select(ids, scores, COVERAGE_DEPTH)
+            row = self.coverage_row(q, ids, top)
+            covered = bool(model.score(row[None, :])[0] >= model.threshold)
+        return SearchResult(hits=hits, query=query, relevance=relevance, covered=covered)
+
+    def coverage_row(self, q: QuerySignals, ids: np.ndarray, top: list[tuple[int, float]]) -> np.ndarray:
+        """The coverage signals of a search whose first passages are `top` (chunk id, score)."""
+        first = [i for i, _ in top[:COVERAGE_DEPTH]]
+        texts = [self.index.chunks[i].text for i in first]
+        return coverage_features(q, q.cos[ids], first, top[0][1], self.terms, texts)
 
     def select(self, ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The k best by score; a chunk inside a section passage already taken, or a near-duplicate

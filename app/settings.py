@@ -32,8 +32,9 @@ class Settings(BaseSettings):
     candidate_depth: int = 100
     learned_ranking: bool = True  # re-rank with app/ranker.json (trained on the tune split); off: weighted fusion
     passage_words: int = 350  # a passage grows with its section's neighbouring chunks up to this budget (0: off)
-    # best passage cosine under which the answer says the docs do not cover the question; calibrated
-    # on the dev set (lowest 0.47) against off-topic questions (highest 0.25)
+    # whether the docs cover a question: the learned decision (app/abstention.json, trained on the tune
+    # split against unanswerable questions); without it, the best passage cosine against the threshold
+    learned_abstention: bool = True
     no_answer_threshold: float = 0.35
 
     # service

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from app.ranking import FEATURES, RANKER_FILE, LinearRanker, candidate_features
+from app.linear_model import LinearModel
+from app.ranking import FEATURES, RANKER_FILE, candidate_features
 from app.retriever import HybridRetriever
 from eval.metrics import Question, normalise
 from eval.question_set import split_of
@@ -51,7 +52,7 @@ def question_rows(retriever: HybridRetriever, questions: list[Question]) -> list
     return out
 
 
-def fit(data: list[QuestionRows], c: float, trained_on: str = "") -> LinearRanker:
+def fit(data: list[QuestionRows], c: float, trained_on: str = "", encoder: str = "") -> LinearModel:
     """Pairwise logistic regression (RankNet-style, linear): for each tune question, every relevant
     candidate against its HARD_NEGATIVES hardest irrelevant ones (by BM25 plus cosine), so the
     model learns to order candidates within a question rather than to score them in isolation."""
@@ -73,10 +74,10 @@ def fit(data: list[QuestionRows], c: float, trained_on: str = "") -> LinearRanke
     pairs = np.vstack(diffs)
     model = LogisticRegression(C=c, fit_intercept=False, max_iter=5000)
     model.fit(np.vstack([pairs, -pairs]), np.r_[np.ones(len(pairs)), np.zeros(len(pairs))])
-    return LinearRanker(FEATURES, mean, scale, model.coef_[0].astype(np.float64), 0.0, trained_on)
+    return LinearModel(FEATURES, mean, scale, model.coef_[0].astype(np.float64), 0.0, trained_on, encoder=encoder)
 
 
-def mrr(ranker: LinearRanker, data: list[QuestionRows]) -> float:
+def mrr(ranker: LinearModel, data: list[QuestionRows]) -> float:
     total = 0.0
     for d in data:
         order = np.argsort(-ranker.score(d.rows), kind="stable")[:10]
@@ -110,7 +111,8 @@ def train_ranker(retriever: HybridRetriever, tune: list[Question], out: Path = R
         raise ValueError("the ranker is trained on tune questions only")
     data = question_rows(retriever, tune)
     c, cv = choose_c(data)
-    ranker = fit([d for d in data if d.labels.any()], c, trained_on=f"tune split, {len(tune)} questions, C={c}")
+    ranker = fit([d for d in data if d.labels.any()], c, trained_on=f"tune split, {len(tune)} questions, C={c}",
+                 encoder=retriever.embedder.name)
     ranker.save(out)
     return {
         "questions": len(tune),

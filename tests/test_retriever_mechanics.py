@@ -12,8 +12,9 @@ import faiss
 import numpy as np
 import pytest
 
+from app.linear_model import LinearModel
 from app.query import identifiers, split_question
-from app.ranking import FEATURES, LinearRanker, QuerySignals, candidate_features, chunk_terms, load_ranker
+from app.ranking import FEATURES, QuerySignals, candidate_features, chunk_terms, load_ranker
 from app.retriever import Bm25Retriever, DenseRetriever, HybridRetriever, RetrievalOptions, RrfRetriever
 from indexer.documents import Chunk
 from indexer.embedder import HashEmbedder
@@ -104,7 +105,7 @@ def test_selection_skips_chunks_inside_a_taken_passage_and_near_duplicates() -> 
 
 def test_learned_ranker_file_round_trips_and_refuses_other_features(tmp_path: Path) -> None:
     n = len(FEATURES)
-    ranker = LinearRanker(FEATURES, np.zeros(n), np.ones(n), np.arange(n, dtype=float), 0.5, "test")
+    ranker = LinearModel(FEATURES, np.zeros(n), np.ones(n), np.arange(n, dtype=float), 0.5, "test")
     path = tmp_path / "r.json"
     ranker.save(path)
     back = load_ranker(path)

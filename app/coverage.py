@@ -1,0 +1,66 @@
+"""Does the index cover the question? A decision from more than the top cosine.
+
+Signals of one search: the best cosine, the top passage's cosine, ranking score and raw BM25, the
+best BM25 anywhere, how much of the ask the top passage and the top five cover, whether the
+question's identifiers appear in the top five (a key DeepSpeed never had does not), how far BM25's
+and the dense model's top ten agree. A logistic model over them, trained on the `tune` split of our
+answerable questions against the tune half of `eval/unanswerable.jsonl`, with its threshold set so
+that at most 3% of the answerable tune questions are refused (`dsqa eval train-abstention`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from app.linear_model import LinearModel, load_linear_model
+from app.ranking import ChunkTerms, QuerySignals
+
+ABSTENTION_FILE = Path(__file__).resolve().parent / "abstention.json"
+MAX_FALSE_ABSTENTION = 0.03
+
+COVERAGE_FEATURES: tuple[str, ...] = (
+    "best_cos",  # best cosine among the candidates
+    "top_cos",  # the first passage's cosine
+    "top_score",  # the first passage's ranking score
+    "top_bm25",  # the first passage's raw BM25 (not normalised: an absolute match strength)
+    "best_bm25",  # the best raw BM25 over the whole index
+    "top_cover",  # share of the ask's terms in the first passage
+    "top5_cover",  # share of the ask's terms in the first five
+    "ident_found",  # share of the question's identifiers found in the first five (1 when none)
+    "idents",  # how many identifiers the question names
+    "agreement",  # overlap of BM25's and the dense model's top ten
+    "cjk",
+)
+
+
+def coverage_features(q: QuerySignals, candidate_cos: np.ndarray, top: list[int], top_score: float,
+                      terms: list[ChunkTerms], top_texts: list[str]) -> np.ndarray:
+    """One row of COVERAGE_FEATURES for a search whose first passages are `top` (chunk ids, best
+    first, at most five; `top_texts` their texts)."""
+    first = top[0]
+    n_terms = max(len(q.ask_terms), 1)
+    text5 = frozenset().union(*(terms[i].text for i in top[:5]))
+    low5 = " ".join(t.lower() for t in top_texts[:5])
+    found = sum(1 for t in q.identifiers if t in low5) / len(q.identifiers) if q.identifiers else 1.0
+    bm25_top = set(np.argsort(-q.bm25)[:10].tolist())
+    dense_top = set(np.argsort(-q.cos)[:10].tolist())
+    return np.array([
+        float(candidate_cos.max()),
+        float(q.cos[first]),
+        top_score,
+        float(q.bm25[first]),
+        float(q.bm25.max()),
+        len(q.ask_terms & terms[first].text) / n_terms,
+        len(q.ask_terms & text5) / n_terms,
+        found,
+        float(len(q.identifiers)),
+        len(bm25_top & dense_top) / 10.0,
+        float(q.cjk),
+    ], dtype=np.float64)
+
+
+def load_abstention(path: Path = ABSTENTION_FILE) -> LinearModel | None:
+    """The shipped coverage decision, or None (then the best cosine against a threshold decides)."""
+    return load_linear_model(path, COVERAGE_FEATURES)

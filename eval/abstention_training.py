@@ -1,0 +1,66 @@
+"""`dsqa eval train-abstention`: fit the coverage decision on tune questions only.
+
+Positives: the `tune` split of our answerable questions; negatives: the `tune` half of
+`eval/unanswerable.jsonl` (split by the same id hash). A balanced logistic regression over the
+coverage signals (`app/coverage.py`); its threshold is the score under which no more than
+MAX_FALSE_ABSTENTION of the answerable tune questions fall. Written to `app/abstention.json`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.coverage import ABSTENTION_FILE, COVERAGE_FEATURES, MAX_FALSE_ABSTENTION
+from app.linear_model import LinearModel
+from app.retriever import COVERAGE_DEPTH, HybridRetriever
+from eval.answer_quality import Unanswerable
+from eval.metrics import Question
+from eval.question_set import split_of
+
+
+def coverage_rows(retriever: HybridRetriever, questions: list[str]) -> np.ndarray:
+    plain = HybridRetriever(retriever.index, retriever.embedder, retriever.glossary,
+                            replace(retriever.options, abstention=None), bm25_tokens=retriever.bm25_tokens)
+    plain.matrix = retriever.matrix
+    rows = []
+    for text in questions:
+        _, q = plain.signals(text)
+        ids = plain.candidates(q)
+        top = plain.select(ids, plain.score(ids, q), COVERAGE_DEPTH)
+        rows.append(plain.coverage_row(q, ids, top))
+    return np.vstack(rows)
+
+
+def train_abstention(retriever: HybridRetriever, answerable: list[Question], unanswerable: list[Unanswerable],
+                     out: Path = ABSTENTION_FILE) -> dict[str, Any]:
+    from sklearn.linear_model import LogisticRegression
+
+    if any(split_of(q.id) != "tune" for q in answerable) or any(split_of(u.id) != "tune" for u in unanswerable):
+        raise ValueError("the coverage decision is trained on tune questions only")
+    pos = coverage_rows(retriever, [q.question for q in answerable])
+    neg = coverage_rows(retriever, [u.question for u in unanswerable])
+    x = np.vstack([pos, neg])
+    y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    lr = LogisticRegression(C=1.0, class_weight="balanced", max_iter=5000).fit((x - mean) / scale, y)
+    model = LinearModel(COVERAGE_FEATURES, mean, scale, lr.coef_[0].astype(np.float64), float(lr.intercept_[0]),
+                        f"tune split: {len(pos)} answerable, {len(neg)} unanswerable", encoder=retriever.embedder.name)
+    pos_scores = np.sort(model.score(pos))
+    threshold = float(pos_scores[int(np.floor(MAX_FALSE_ABSTENTION * len(pos_scores)))])
+    model = replace(model, threshold=threshold)
+    model.save(out)
+    neg_scores = model.score(neg)
+    return {
+        "answerable": len(pos),
+        "unanswerable": len(neg),
+        "threshold": round(threshold, 4),
+        "tune_false_abstention": round(float((pos_scores < threshold).mean()), 4),
+        "tune_abstention": round(float((neg_scores < threshold).mean()), 4),
+        "weights": dict(zip(COVERAGE_FEATURES, model.weights.round(3).tolist(), strict=True)),
+        "out": str(out),
+    }

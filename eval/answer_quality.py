@@ -1,0 +1,85 @@
+"""The answer text judged by the project's rule, in process over the `ask` core: does the answer
+itself hold a gold evidence phrase, are its cited segments whole sentences, how long is it, and does
+it say "not covered" exactly when it should (answerable sets vs `eval/unanswerable.jsonl`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.ask import ask
+from app.engine import Engine
+from app.schemas import AskRequest
+from eval.metrics import Question, normalise
+
+UNANSWERABLE = Path(__file__).resolve().parent / "unanswerable.jsonl"
+_CITATION = re.compile(r"\s*\[\d+\]")
+_LOWER_START = re.compile(r"^[a-z]")
+_CLOSED = re.compile(r"""[.!?:;)\]"'`*。！？）]$""")
+
+
+def segments(answer: str) -> list[str]:
+    """The cited segments of an extractive answer: the text before each [n] marker."""
+    parts = re.split(r"\[\d+\]", answer)
+    return [p.strip() for p in parts[:-1] if p.strip()]
+
+
+def is_cut(segment: str) -> bool:
+    """A segment that starts inside a sentence (a lowercase word) or ends without closing it."""
+    body = segment.strip()
+    first = body.split()[0] if body.split() else ""
+    starts_inside = bool(_LOWER_START.match(first)) and not first.startswith(("`", "--"))
+    return starts_inside or not _CLOSED.search(body)
+
+
+def answer_words(answer: str) -> int:
+    return len(_CITATION.sub("", answer).split())
+
+
+def has_evidence(answer: str, evidence: tuple[str, ...]) -> bool:
+    text = normalise(answer)
+    return any(normalise(e) and normalise(e) in text for e in evidence)
+
+
+@dataclass(frozen=True)
+class Unanswerable:
+    id: str
+    question: str
+    lang: str
+    kind: str
+
+
+def load_unanswerable(path: Path = UNANSWERABLE) -> list[Unanswerable]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [Unanswerable(str(r["id"]), str(r["question"]), str(r.get("lang", "en")), str(r.get("kind", ""))) for r in rows]
+
+
+def answer_report(engine: Engine, answerable: list[Question], unanswerable: list[Unanswerable]) -> dict[str, Any]:
+    """Evidence-in-answer rate, cut segments, answer length, abstention both ways."""
+    rows: list[dict[str, Any]] = []
+    for q in answerable:
+        reply = ask(engine, AskRequest(question=q.question))
+        segs = segments(reply.answer) if reply.covered else []
+        rows.append({
+            "id": q.id, "lang": q.lang, "covered": reply.covered, "evidence": has_evidence(reply.answer, q.evidence),
+            "segments": len(segs), "cut": sum(is_cut(s) for s in segs), "words": answer_words(reply.answer),
+        })
+    abstained = [not ask(engine, AskRequest(question=u.question)).covered for u in unanswerable]
+    n = max(len(rows), 1)
+    covered = [r for r in rows if r["covered"]]
+    return {
+        "answerable": len(rows),
+        "evidence_in_answer": round(sum(r["evidence"] for r in rows) / n, 4),
+        "evidence_in_answer_zh": round(sum(r["evidence"] for r in rows if r["lang"] == "zh") / max(sum(r["lang"] == "zh" for r in rows), 1), 4),
+        "segments": sum(r["segments"] for r in rows),
+        "cut_segments": sum(r["cut"] for r in rows),
+        "median_answer_words": statistics.median([r["words"] for r in covered]) if covered else 0,
+        "false_abstention": round(1 - len(covered) / n, 4),
+        "unanswerable": len(unanswerable),
+        "abstention": round(sum(abstained) / max(len(abstained), 1), 4),
+        "missed_abstention_ids": [u.id for u, a in zip(unanswerable, abstained, strict=True) if not a],
+    }
