@@ -5,18 +5,22 @@ OpenAI-compatible endpoint when one is configured (falling back to extractive on
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 
 import httpx
+import numpy as np
 
+from indexer.text_units import Unit, text_units
 from indexer.tokenize import STOPWORDS, tokenize
 
 log = logging.getLogger(__name__)
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(])")
-_LIST_MARK = re.compile(r"^(?:[-*+]|\d+[.)])\s+")
-_CODE_FENCE = re.compile(r"```.*?```", re.S)
+ANSWER_WORDS = 120  # before any links
+LEAD_UNITS = 3
+LEAD_WORDS = 80
+MAX_SEGMENTS = 5
+SEMANTIC_WEIGHT = 4.0  # cosine against term overlap when choosing units (chosen on the tune split)
+SUPPORT_SHARE = 0.5  # a unit from another passage joins when it scores this close to the best
 NOT_COVERED = (
     "The DeepSpeed docs and notes indexed here do not seem to cover this question "
     "(no passage was relevant enough). Try naming the feature or config key, e.g. "
@@ -30,43 +34,80 @@ class Source:
     title: str
     heading: str
     text: str
+    units: tuple[Unit, ...] | None = None  # the passage's text units as indexed (None: split from `text`)
 
 
-def _sentences(text: str) -> list[str]:
-    prose = _CODE_FENCE.sub(" ", text)
-    out: list[str] = []
-    for line in prose.splitlines():  # table rows and list items are sentences of their own
-        flat = _LIST_MARK.sub("", " ".join(line.split()))
-        out.extend(s.strip() for s in _SENTENCE.split(flat) if len(s.split()) >= 5)
-    return out
+@dataclass(frozen=True)
+class Candidate:
+    source: Source
+    unit: Unit
+    position: int  # index of the unit in its passage
 
 
-def extractive_answer(question_terms: str, sources: list[Source], max_sentences: int = 4) -> str:
-    """Pick the sentences of the top passages that share most terms with the question."""
-    terms = {t for t in tokenize(question_terms) if t not in STOPWORDS}
-    scored: list[tuple[float, int, int, str]] = []
-    for rank, src in enumerate(sources[:3]):
-        for pos, sentence in enumerate(_sentences(src.text)):
-            tokens = set(tokenize(sentence))
-            overlap = len(terms & tokens)
-            if overlap == 0:
-                continue
-            score = overlap / (1 + 0.15 * rank) + (0.3 if pos == 0 else 0.0)
-            scored.append((score, src.n, pos, sentence))
-    if not scored:
-        if not sources:
-            return NOT_COVERED
-        first = _sentences(sources[0].text)
-        return (first[0] + f" [{sources[0].n}]") if first else f"See [{sources[0].n}]: {sources[0].title}."
-    best = sorted(scored, key=lambda s: -s[0])[:max_sentences]
-    best.sort(key=lambda s: (s[1], s[2]))  # read in source order
-    seen: set[str] = set()
-    parts: list[str] = []
-    for _, n, _, sentence in best:
-        if sentence not in seen:
-            seen.add(sentence)
-            parts.append(f"{sentence} [{n}]")
-    return " ".join(parts)
+ANSWER_DEPTH = 3  # the passages an answer quotes from
+
+
+def candidates(sources: list[Source]) -> list[Candidate]:
+    """The quotable units of the first passages (a source's own units when it brings them)."""
+    return [Candidate(src, u, i) for src in sources[:ANSWER_DEPTH] for i, u in enumerate(text_units(src.text) if src.units is None else src.units)]
+
+
+def unit_scores(ask: str, cands: list[Candidate], similarities: np.ndarray | None = None, *,
+                semantic_weight: float = 1.0, lexical_weight: float = 1.0, rank_step: float = 0.05) -> np.ndarray:
+    """How well each unit answers: cosine with the question (when the encoder gave one), the share
+    of the ask's terms it holds (identifiers count double), and a small bonus for earlier passages."""
+    terms = set(tokenize(ask)) - STOPWORDS
+    idents = {t for t in terms if "_" in t or "." in t}
+    weight = sum(2.0 if t in idents else 1.0 for t in terms) or 1.0
+    scores = np.zeros(len(cands))
+    for i, c in enumerate(cands):
+        unit_terms = set(tokenize(c.unit.text))
+        lexical = sum(2.0 if t in idents else 1.0 for t in terms & unit_terms) / weight
+        scores[i] = lexical_weight * lexical - rank_step * (c.source.n - 1)
+    if similarities is not None:
+        scores += semantic_weight * similarities
+    return scores
+
+
+def compose(cands: list[Candidate], scores: np.ndarray, max_words: int = ANSWER_WORDS) -> str:
+    """A lead of one to three consecutive units from the best passage, then the best units of other
+    passages while the words last; each segment cited, no unit twice."""
+    if not cands:
+        return ""
+    order = [int(i) for i in np.argsort(-scores, kind="stable")]
+    best = cands[order[0]]
+    same = [c for c in cands if c.source.n == best.source.n]
+    lead = [best.unit.text]
+    for c in same:  # the units after the best one in the same block read on (the "because ..." sentence)
+        if c.position > best.position and c.unit.block == best.unit.block and len(lead) < LEAD_UNITS:
+            if sum(len(u.split()) for u in lead) + len(c.unit.text.split()) > LEAD_WORDS:
+                break
+            lead.append(c.unit.text)
+    parts = [(" ".join(lead), best.source.n)]
+    used = {*lead}
+    words = sum(len(u.split()) for u in lead)
+    top = float(scores[order[0]])
+    for i in order[1:]:
+        c = cands[i]
+        if c.unit.text in used or c.source.n == best.source.n or float(scores[i]) < SUPPORT_SHARE * top:
+            continue
+        if words + len(c.unit.text.split()) > max_words or len(parts) >= MAX_SEGMENTS:
+            break
+        parts.append((c.unit.text, c.source.n))
+        used.add(c.unit.text)
+        words += len(c.unit.text.split())
+    return " ".join(f"{text} [{n}]" for text, n in parts)
+
+
+def extractive_answer(ask: str, sources: list[Source], similarities: np.ndarray | None = None) -> str:
+    """The composed extractive answer; `similarities`: cosine of the question with each candidate unit
+    (in `candidates(sources)` order) when the caller embedded them."""
+    if not sources:
+        return NOT_COVERED
+    cands = candidates(sources)
+    if not cands:
+        return f"See [{sources[0].n}]: {sources[0].title}."
+    return compose(cands, unit_scores(ask, cands, similarities, semantic_weight=SEMANTIC_WEIGHT))
 
 
 def generated_answer(

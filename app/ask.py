@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
-from app.answer import NOT_COVERED, Source, extractive_answer, generated_answer
+import numpy as np
+
+from app.answer import ANSWER_DEPTH, NOT_COVERED, Source, extractive_answer, generated_answer
 from app.engine import Engine
-from app.retriever import Hit
+from app.glossary import Glossary, has_cjk
+from app.query import split_question
+from app.retriever import Hit, SearchResult
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
 from indexer.documents import Snippet
+from indexer.store import LoadedIndex
+from indexer.text_units import Unit, text_units
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +58,60 @@ def best_snippets(snippets: list[SnippetOut], n: int) -> list[SnippetOut]:
 
 
 
-def version_notes(stale: dict[str, Snippet], hits: list[Hit]) -> str:
-    """Warn when a cited page shows code that the installed deepspeed no longer accepts."""
+_POINTER = re.compile(r"^/[\w/]*:\s*")
+_NAMED = re.compile(r"'([A-Za-z_][\w.]*)'|\b([a-z]+(?:_[a-z0-9]+)+)\b|\b(deepspeed(?:\.\w+)+)")
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def version_notes(stale: dict[str, Snippet], hits: list[Hit], answer: str, question: str) -> str:
+    """Warn when a passage the answer cites shows code the installed deepspeed rejects, and only when
+    the question names what that code fails on (a key, an optimizer, a module)."""
+    cited = {int(n) for n in re.findall(r"\[(\d+)\]", answer)}
+    asked = _squash(question)
     notes: list[str] = []
     seen: set[str] = set()
     for n, hit in enumerate(hits, 1):
         bad = stale.get(hit.chunk.path)
-        if bad is not None and hit.chunk.path not in seen:
-            seen.add(hit.chunk.path)
-            notes.append(f"Note: code on the page of [{n}] does not work with the installed deepspeed {bad.checked_with}: {bad.reason}")
+        if bad is None or n not in cited or hit.chunk.path in seen:
+            continue
+        reason = _POINTER.sub("", bad.reason)
+        names = {_squash(part) for m in _NAMED.finditer(bad.reason) for part in m.groups() if part}
+        leaves = {_squash(name.split(".")[-1]) for m in _NAMED.finditer(bad.reason) for name in m.groups() if name}
+        if not any(name and name in asked for name in names | leaves):
+            continue
+        seen.add(hit.chunk.path)
+        notes.append(f"Heads-up: an example on that page no longer works with the installed deepspeed {bad.checked_with}. {reason} [{n}]")
     return ("\n\n" + "\n".join(notes)) if notes else ""
+
+
+def terms_line(glossary: Glossary, question: str, limit: int = 4) -> str:
+    """For a Chinese question: the glossary terms it used and the English the docs use for them."""
+    pairs = [f"{zh} → {glossary.terms[zh]}" for zh in glossary.matches(question)[:limit]]
+    return f"术语：{'；'.join(pairs)}\n" if pairs else ""
+
+
+def answer_sources(index: LoadedIndex, result: SearchResult) -> tuple[list[Source], np.ndarray | None]:
+    """The numbered sources of an answer, each with its text units as indexed, and the cosine of the
+    question's ask with every unit of the first ANSWER_DEPTH sources (None without unit vectors)."""
+    sources: list[Source] = []
+    sims: list[np.ndarray] = []
+    usable = result.ask_vector is not None and index.unit_vectors is not None
+    for n, hit in enumerate(result.hits, 1):
+        units: list[Unit] = []
+        for j in hit.span or (index.by_id.get(hit.chunk.id, -1),):
+            if j < 0:
+                continue
+            offset = units[-1].block + 1 if units else 0  # a chunk's blocks never read on into the next
+            units += [Unit(u.text, u.block + offset) for u in text_units(index.chunks[j].text)]
+            vectors = index.chunk_unit_vectors(j)
+            if n <= ANSWER_DEPTH and usable and vectors is not None:
+                sims.append(vectors @ result.ask_vector)
+        sources.append(Source(n=n, title=hit.chunk.title, heading=hit.chunk.heading, text=hit.chunk.text, units=tuple(units)))
+    similarities = np.concatenate(sims) if usable and sims else None
+    return sources, similarities
 
 
 def ask(engine: Engine, request: AskRequest) -> AskResponse:
@@ -85,7 +136,7 @@ def ask(engine: Engine, request: AskRequest) -> AskResponse:
             if s is None or (request.checked_only and s.status != "ok"):
                 continue
             snippets.append(snippet_out(s, index.verification.get(sid)))
-    sources = [Source(n=i + 1, title=p.title, heading=p.heading, text=p.text) for i, p in enumerate(passages)]
+    sources, similarities = answer_sources(index, result)
     if not covered:
         answer = NOT_COVERED
     else:
@@ -99,9 +150,11 @@ def ask(engine: Engine, request: AskRequest) -> AskResponse:
             except Exception as exc:  # noqa: BLE001 - any endpoint failure falls back to extractive
                 log.warning("LLM endpoint failed, answering extractively: %s", exc)
         if not answer:
-            answer = extractive_answer(result.query, sources)
+            answer = extractive_answer(split_question(result.query).ask, sources, similarities)
+            if engine.glossary is not None and has_cjk(request.question):
+                answer = terms_line(engine.glossary, request.question) + answer
     if covered:
-        answer += version_notes(engine.stale_pages, result.hits)
+        answer += version_notes(engine.stale_pages, result.hits, answer, request.question)
     t2 = time.perf_counter()
     return AskResponse(
         answer=answer,

@@ -37,6 +37,7 @@ class Engine:
     index: LoadedIndex | None
     retriever: Retriever | None
     problem: str = ""  # why the index is not loaded, when it is not
+    glossary: Glossary | None = None  # Chinese -> English terms (the answer names the ones it used)
 
     def require(self) -> tuple[LoadedIndex, Retriever]:
         if self.index is None or self.retriever is None:
@@ -92,10 +93,11 @@ def load_engine(settings: Settings, embedder: Embedder | None = None) -> Engine:
         embedder = make_embedder(settings.embedding_model)
     if index.manifest.get("model") != embedder.name:
         raise IndexUnusable(f"index was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it")
+    glossary = Glossary.load(settings.glossary)
     retriever = HybridRetriever(
         index,
         embedder,
-        Glossary.load(settings.glossary),
+        glossary,
         retrieval_options(settings, embedder.name),
     )
-    return Engine(settings=settings, index=index, retriever=retriever)
+    return Engine(settings=settings, index=index, retriever=retriever, glossary=glossary)

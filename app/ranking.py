@@ -74,6 +74,7 @@ class QuerySignals:
     ask_terms: frozenset[str]
     identifiers: frozenset[str]
     cjk: bool
+    ask_vector: np.ndarray | None = None  # the encoder's vector of the ask (the answer ranks units by it)
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:

@@ -35,6 +35,7 @@ class Hit:
     score: float  # ranking score, comparable within one query
     bm25: float
     dense: float  # cosine similarity of the query and the passage
+    span: tuple[int, ...] = ()  # the index's chunks the passage joins (its own first when alone)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class SearchResult:
     query: str  # the text actually searched (a Chinese question's English expansion)
     relevance: float  # best cosine among the hits: how well the docs cover the question
     covered: bool | None = None  # the retriever's own coverage decision; None: the caller judges `relevance`
+    ask_vector: np.ndarray | None = None  # the encoder's vector of the question's ask
 
 
 class Retriever(Protocol):
@@ -129,6 +131,7 @@ class HybridRetriever:
             ask_terms=frozenset(tokenize(ask)),
             identifiers=frozenset(identifiers(query)),
             cjk=has_cjk(question),
+            ask_vector=vecs[-1],
         )
         return query, signals
 
@@ -159,7 +162,10 @@ class HybridRetriever:
             return SearchResult(hits=[], query=query, relevance=0.0)
         scores = self.score(ids, q)
         chosen = self.select(ids, scores, k)
-        hits = [Hit(chunk=self.passage(i), score=s, bm25=float(q.bm25[i]), dense=float(q.cos[i])) for i, s in chosen]
+        hits = [
+            Hit(chunk=self.passage(i), score=s, bm25=float(q.bm25[i]), dense=float(q.cos[i]), span=tuple(self.section_span(i)))
+            for i, s in chosen
+        ]
         relevance = max((h.dense for h in hits), default=0.0)
         covered = None
         model = self.options.abstention
@@ -167,7 +173,7 @@ class HybridRetriever:
             top = chosen if k >= COVERAGE_DEPTH else self.select(ids, scores, COVERAGE_DEPTH)
             row = self.coverage_row(q, ids, top)
             covered = bool(model.score(row[None, :])[0] >= model.threshold)
-        return SearchResult(hits=hits, query=query, relevance=relevance, covered=covered)
+        return SearchResult(hits=hits, query=query, relevance=relevance, covered=covered, ask_vector=q.ask_vector)
 
     def coverage_row(self, q: QuerySignals, ids: np.ndarray, top: list[tuple[int, float]]) -> np.ndarray:
         """The coverage signals of a search whose first passages are `top` (chunk id, score)."""

@@ -13,11 +13,12 @@ from typing import Any
 from indexer.chunker import ChunkBudget, chunk_document
 from indexer.config_catalogue import deepspeed_version
 from indexer.docs_source import find_docs_root, read_docs_dir, read_notes_dir
-from indexer.documents import Chunk, Document, Snippet
+from indexer.documents import Chunk, Document, Snippet, content_hash
 from indexer.embedder import Embedder, VectorCache, embed_with_cache
 from indexer.package_source import read_api_docs, read_config_catalogue
 from indexer.snippet_check import check_snippet
 from indexer.store import write_index
+from indexer.text_units import unit_table
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,10 @@ def build_index(
     cache = VectorCache(cache_dir, embedder.name) if cache_dir is not None else None
     texts = [c.search_text for c in chunks]
     vectors, embedded = embed_with_cache(embedder, texts, [c.id for c in chunks], cache, progress=progress)
+    unit_texts, offsets = unit_table(chunks)
+    keys = [content_hash("unit", t) for t in unit_texts]
+    unit_vectors, embedded_units = embed_with_cache(embedder, unit_texts, keys, cache, progress=progress)
+    embedded += embedded_units
     if cache is not None:
         cache.save()
     by_source = dict(Counter(c.source for c in chunks))
@@ -113,6 +118,7 @@ def build_index(
         "counts": {
             "documents": len(documents),
             "chunks": len(chunks),
+            "text_units": len(unit_texts),
             "snippets": len(snippets),
             "by_source": by_source,
             "snippets_by_kind": dict(Counter(s.kind for s in snippets)),
@@ -122,5 +128,5 @@ def build_index(
         "build_seconds": round(seconds, 1),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    write_index(out, chunks, snippets, vectors, manifest)
+    write_index(out, chunks, snippets, vectors, manifest, units=(unit_vectors, offsets))
     return BuildReport(out, len(chunks), len(snippets), embedded, time.perf_counter() - start, by_source, missing)

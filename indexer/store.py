@@ -24,8 +24,10 @@ from app.errors import IndexUnusable
 from indexer.documents import Chunk, Snippet
 from indexer.tokenize import tokenize
 
-FORMAT_VERSION = 2  # 2: BM25 tokens carry the words of abbreviated identifier parts
+FORMAT_VERSION = 2  # 2: BM25 tokens carry the words of abbreviated identifier parts; text unit vectors
 MANIFEST = "manifest.json"
+UNIT_VECTORS = "units.npy"
+UNIT_OFFSETS = "unit_offsets.npy"
 LEDGER = "verification.jsonl"  # snippet runs (`dsqa verify`); not in the checksums, may change
 
 
@@ -43,6 +45,13 @@ class LoadedIndex:
     bm25: bm25s.BM25
     by_id: dict[str, int] = field(default_factory=dict)
     verification: dict[str, dict[str, Any]] = field(default_factory=dict)  # snippet id -> latest run
+    unit_vectors: np.ndarray | None = None  # one row per text unit (indexer/text_units.py) of every chunk
+    unit_offsets: np.ndarray | None = None  # chunk i's units are rows unit_offsets[i]:unit_offsets[i + 1]
+
+    def chunk_unit_vectors(self, i: int) -> np.ndarray | None:
+        if self.unit_vectors is None or self.unit_offsets is None:
+            return None
+        return self.unit_vectors[int(self.unit_offsets[i]) : int(self.unit_offsets[i + 1])]
 
     def __post_init__(self) -> None:
         self.by_id = {c.id: i for i, c in enumerate(self.chunks)}
@@ -72,10 +81,18 @@ def write_index(
     snippets: list[Snippet],
     vectors: np.ndarray,
     manifest: dict[str, Any],
+    *,
+    units: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Path:
-    """Write everything into a temp dir beside `out`, then swap it into place."""
+    """Write everything into a temp dir beside `out`, then swap it into place. `units`: the text
+    units' vectors and the offsets (one per chunk, plus the end) of each chunk's rows."""
     if len(chunks) != len(vectors):
         raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
+    if units is None:
+        units = (np.zeros((0, vectors.shape[1]), dtype=np.float32), np.zeros(len(chunks) + 1, dtype=np.int64))
+    unit_vectors, offsets = units
+    if len(offsets) != len(chunks) + 1 or offsets[0] != 0 or offsets[-1] != len(unit_vectors) or np.any(np.diff(offsets) < 0):
+        raise ValueError("unit offsets do not match the chunks and the unit vectors")
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
@@ -85,6 +102,8 @@ def write_index(
         index = faiss.IndexFlatIP(int(vectors.shape[1]))
         index.add(np.ascontiguousarray(vectors, dtype=np.float32))
         faiss.write_index(index, str(tmp / "vectors.faiss"))
+        np.save(tmp / UNIT_VECTORS, np.ascontiguousarray(unit_vectors, dtype=np.float32))
+        np.save(tmp / UNIT_OFFSETS, np.asarray(offsets, dtype=np.int64))
         bm25 = bm25s.BM25(k1=1.2, b=0.75)
         bm25.index([tokenize(c.search_text) for c in chunks], show_progress=False)
         bm25.save(str(tmp / "bm25"))
@@ -172,9 +191,12 @@ def load_index(path: Path, verify: bool = True) -> LoadedIndex:
                 s = Snippet.from_json(json.loads(line))
                 snippets[s.id] = s
     vectors = faiss.read_index(str(path / "vectors.faiss"))
+    unit_vectors, offsets = np.load(path / UNIT_VECTORS), np.load(path / UNIT_OFFSETS)
+    if len(offsets) != len(chunks) + 1 or int(offsets[-1]) != len(unit_vectors):
+        raise IndexError_(f"index at {path} is damaged: the text units do not match the chunks; rebuild it")
     with contextlib.redirect_stdout(None):
         bm25 = bm25s.BM25.load(str(path / "bm25"))
     return LoadedIndex(
         path=path, manifest=manifest, chunks=chunks, snippets=snippets, vectors=vectors, bm25=bm25,
-        verification=read_ledger(path),
+        verification=read_ledger(path), unit_vectors=unit_vectors, unit_offsets=offsets,
     )

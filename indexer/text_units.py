@@ -1,0 +1,154 @@
+"""Whole text units of a passage, the pieces an answer may quote.
+
+A unit is a sentence of a paragraph (hard-wrapped lines joined first), a list item, or a table row
+that keeps its key and default ("`wandb.group`: Name for the WandB group. (default `None`)").
+Code, signatures, captions, API stub lines and sentences that point at something not quoted ("the
+example below shows:") are never units. Pure functions over the passage text as indexed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from indexer.documents import Chunk
+
+_FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.)\s+")
+_CATALOGUE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \(type (?P<type>[^;]+); default (?P<default>.*?)\)\.\s*(?P<rest>.*)$")
+_KEY_LINE = re.compile(r"^`?(?P<key>[a-z_][\w.]*)`?\s*:\s*\[(?P<type>[\w ]+)\]\s*$")
+_TABLE_HEADER = re.compile(r"^(?:Reference:\s*)?(?:Fields|Field|Description|Value|Key|Name)(?:;\s*\w+)+\s*$")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[*])")
+_ABBREVIATION_END = re.compile(r"\b(?:e\.g|i\.e|etc|vs|a\.k\.a|approx|Fig|No)\.$", re.I)
+_IDENTIFIER = re.compile(r"^[A-Za-z_][\w.]*$")
+_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+_RST_DIRECTIVE = re.compile(r"^\.\. (\w+)::\s*")
+_KEY_ROW = re.compile(r"^`?(?P<key>[a-z_][\w.]*)`?\s*:\s*\[(?P<type>[\w ]+)\];\s*(?P<rest>.+)$")
+_CLOSED = re.compile(r"""[.!?)\]"'`*]$""")
+# a unit that ends on one of these words without punctuation runs on into code or a list it lacks
+_RUNS_ON = frozenset("""a an the to of in on by with using use via call calls run runs set add as at for from
+    following below like specifying specify and or is are be either then into this these""".split())
+MIN_WORDS = 4
+
+
+@dataclass(frozen=True)
+class Unit:
+    text: str
+    block: int  # paragraph/list/table block it came from: consecutive units of one block read on
+
+
+def _drop(unit: str) -> bool:
+    words = unit.split()
+    if len(words) < MIN_WORDS:
+        return True
+    low = unit.lower()
+    if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:", "figure", "fig.", "image:")):
+        return True
+    if unit.rstrip().endswith(":"):  # introduces a list, code or figure that is not part of the unit
+        return True
+    letters = sum(ch.isalpha() for ch in unit)
+    return letters < 0.5 * len(unit.replace(" ", ""))  # mostly symbols: code or a formula
+
+
+def _split_sentences(prose: str) -> list[str]:
+    pieces = _SENTENCE_END.split(prose)
+    out: list[str] = []
+    for piece in pieces:
+        if out and _ABBREVIATION_END.search(out[-1]):
+            out[-1] = f"{out[-1]} {piece}"
+        else:
+            out.append(piece)
+    return [p.strip() for p in out if p.strip()]
+
+
+def _row_unit(cells: list[str], key: str | None) -> str:
+    """A table row with its key: 'group; Name for the group.; `None`' under `wandb`."""
+    cells = [c.strip() for c in cells if c.strip()]
+    if len(cells) >= 3 and _IDENTIFIER.match(cells[0].strip("`")):
+        name = cells[0].strip("`")
+        full = f"{key}.{name}" if key and not name.startswith(key) else name
+        desc, default = "; ".join(cells[1:-1]), cells[-1]
+    elif len(cells) == 2:
+        full, desc, default = key or "", cells[0], cells[1]
+    else:  # a matrix row without its header means little on its own
+        return ""
+    desc = desc.rstrip(".")
+    lead = f"`{full}`: " if full else ""
+    return f"{lead}{desc} (default {default})."
+
+
+def text_units(text: str) -> list[Unit]:
+    """The quotable units of a passage, in reading order."""
+    units: list[Unit] = []
+    key: str | None = None
+    for block_no, block in enumerate(re.split(r"\n\s*\n", _FENCE.sub("\n\n", text))):
+        items: list[tuple[str, str]] = []  # (kind, text): prose | row
+        for raw in block.splitlines():
+            line = _RST_DIRECTIVE.sub(lambda m: f"{m.group(1).capitalize()}: ", _LINK.sub(r"\1", raw.strip()))
+            if not line:
+                continue
+            entry = _CATALOGUE_ENTRY.match(line)
+            key_line = _KEY_LINE.match(line)
+            key_row = _KEY_ROW.match(line)
+            if key_row:  # `key: [type]; description; default` on one line
+                key = key_row.group("key")
+                items.append(("row", key_row.group("rest")))
+                continue
+            if key_line:
+                key = key_line.group("key")
+                continue
+            if entry:
+                key = entry.group("key")
+                rest = entry.group("rest").strip()
+                typed = f"`{key}` ({entry.group('type')}, default {entry.group('default')})"
+                items.append(("prose", f"{typed}: {rest}" if rest else f"{typed}."))
+                continue
+            if _TABLE_HEADER.match(line):
+                continue
+            if "; " in line and not _LIST_ITEM.match(line) and len(line.split("; ")) >= 2 and items[-1:] != [("prose", "")]:
+                items.append(("row", line))
+                continue
+            if _LIST_ITEM.match(line):
+                items.append(("prose", _LIST_ITEM.sub("", line)))
+            elif items and items[-1][0] == "prose":
+                items[-1] = ("prose", f"{items[-1][1]} {line}")  # a wrapped line continues the item
+            else:
+                items.append(("prose", line))
+        for kind, item in items:
+            pieces = [_row_unit(item.split("; "), key)] if kind == "row" else _split_sentences(" ".join(item.split()))
+            for piece in pieces:
+                finished = _finish(piece)
+                if finished is not None and not _drop(finished):
+                    units.append(Unit(finished, block_no))
+    return units
+
+
+def _finish(unit: str) -> str | None:
+    """A unit as a reader meets it: a leading identifier in backticks, a capital first letter, a
+    closing full stop; None for one that trails off into code or a list it does not hold."""
+    words = unit.split()
+    if not words:
+        return None
+    first = words[0].rstrip(",:;")
+    if ("_" in first or "." in first[:-1]) and first[0].islower() and "`" not in first:
+        unit = f"`{first}`{words[0][len(first):]} " + " ".join(words[1:])
+    elif unit[0].islower():
+        unit = unit[0].upper() + unit[1:]
+    unit = unit.strip()
+    if not _CLOSED.search(unit):
+        if words[-1].lower().strip(",;") in _RUNS_ON:
+            return None
+        unit += "."
+    return unit
+
+
+def unit_table(chunks: list[Chunk]) -> tuple[list[str], np.ndarray]:
+    """Every chunk's unit texts in chunk order, and the offsets of each chunk's rows (plus the end)."""
+    texts: list[str] = []
+    offsets = [0]
+    for chunk in chunks:
+        texts.extend(u.text for u in text_units(chunk.text))
+        offsets.append(len(texts))
+    return texts, np.asarray(offsets, dtype=np.int64)
