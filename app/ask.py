@@ -17,7 +17,7 @@ from app.retriever import Hit, SearchResult
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
 from indexer.documents import Snippet
 from indexer.store import LoadedIndex
-from indexer.text_units import Unit, text_units
+from indexer.text_units import Unit
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,8 @@ def version_notes(stale: dict[str, Snippet], hits: list[Hit], answer: str, quest
         bad = stale.get(hit.chunk.path)
         if bad is None or n not in cited or hit.chunk.path in seen:
             continue
-        reason = _POINTER.sub("", bad.reason)
+        reason = _POINTER.sub("", bad.reason).strip()
+        reason = reason if reason.endswith((".", "!", "?")) else reason + "."
         names = {_squash(part) for m in _NAMED.finditer(bad.reason) for part in m.groups() if part}
         leaves = {_squash(name.split(".")[-1]) for m in _NAMED.finditer(bad.reason) for name in m.groups() if name}
         if not any(name and name in asked for name in names | leaves):
@@ -105,8 +106,8 @@ def answer_sources(index: LoadedIndex, result: SearchResult) -> tuple[list[Sourc
             if j < 0:
                 continue
             offset = units[-1].block + 1 if units else 0  # a chunk's blocks never read on into the next
-            units += [Unit(u.text, u.block + offset) for u in text_units(index.chunks[j].text)]
-            vectors = index.chunk_unit_vectors(j)
+            chunk_units, vectors = index.chunk_units(j)
+            units += [Unit(u.text, u.block + offset) for u in chunk_units]
             if n <= ANSWER_DEPTH and usable and vectors is not None:
                 sims.append(vectors @ result.ask_vector)
         sources.append(Source(n=n, title=hit.chunk.title, heading=hit.chunk.heading, text=hit.chunk.text, units=tuple(units)))

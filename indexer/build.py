@@ -102,7 +102,8 @@ def build_index(
     cache = VectorCache(cache_dir, embedder.name) if cache_dir is not None else None
     texts = [c.search_text for c in chunks]
     vectors, embedded = embed_with_cache(embedder, texts, [c.id for c in chunks], cache, progress=progress)
-    unit_texts, offsets = unit_table(chunks)
+    units, offsets = unit_table(chunks)
+    unit_texts = [u.text for chunk_units in units for u in chunk_units]
     keys = [content_hash("unit", t) for t in unit_texts]
     unit_vectors, embedded_units = embed_with_cache(embedder, unit_texts, keys, cache, progress=progress)
     embedded += embedded_units
@@ -128,5 +129,5 @@ def build_index(
         "build_seconds": round(seconds, 1),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    write_index(out, chunks, snippets, vectors, manifest, units=(unit_vectors, offsets))
+    write_index(out, chunks, snippets, vectors, manifest, units=(units, unit_vectors))
     return BuildReport(out, len(chunks), len(snippets), embedded, time.perf_counter() - start, by_source, missing)

@@ -22,12 +22,13 @@ import numpy as np
 
 from app.errors import IndexUnusable
 from indexer.documents import Chunk, Snippet
+from indexer.text_units import Unit
 from indexer.tokenize import tokenize
 
 FORMAT_VERSION = 2  # 2: BM25 tokens carry the words of abbreviated identifier parts; text unit vectors
 MANIFEST = "manifest.json"
 UNIT_VECTORS = "units.npy"
-UNIT_OFFSETS = "unit_offsets.npy"
+UNITS = "units.jsonl"  # one line per chunk: its units as [text, block]
 LEDGER = "verification.jsonl"  # snippet runs (`dsqa verify`); not in the checksums, may change
 
 
@@ -45,16 +46,20 @@ class LoadedIndex:
     bm25: bm25s.BM25
     by_id: dict[str, int] = field(default_factory=dict)
     verification: dict[str, dict[str, Any]] = field(default_factory=dict)  # snippet id -> latest run
-    unit_vectors: np.ndarray | None = None  # one row per text unit (indexer/text_units.py) of every chunk
-    unit_offsets: np.ndarray | None = None  # chunk i's units are rows unit_offsets[i]:unit_offsets[i + 1]
-
-    def chunk_unit_vectors(self, i: int) -> np.ndarray | None:
-        if self.unit_vectors is None or self.unit_offsets is None:
-            return None
-        return self.unit_vectors[int(self.unit_offsets[i]) : int(self.unit_offsets[i + 1])]
+    units: list[list[Unit]] = field(default_factory=list)  # each chunk's text units (indexer/text_units.py)
+    unit_vectors: np.ndarray | None = None  # one row per unit, chunk by chunk
 
     def __post_init__(self) -> None:
         self.by_id = {c.id: i for i, c in enumerate(self.chunks)}
+        sizes = [len(u) for u in self.units]
+        self._unit_offsets = np.cumsum([0, *sizes]).astype(np.int64)
+
+    def chunk_units(self, i: int) -> tuple[list[Unit], np.ndarray | None]:
+        """A chunk's text units as indexed, with their vectors (None when the index has none)."""
+        units = self.units[i] if i < len(self.units) else []
+        if self.unit_vectors is None or i >= len(self.units):
+            return units, None
+        return units, self.unit_vectors[int(self._unit_offsets[i]) : int(self._unit_offsets[i + 1])]
 
     def summary(self) -> dict[str, Any]:
         keys = ("model", "dimension", "deepspeed_version", "docs_ref", "counts", "built_at")
@@ -82,17 +87,17 @@ def write_index(
     vectors: np.ndarray,
     manifest: dict[str, Any],
     *,
-    units: tuple[np.ndarray, np.ndarray] | None = None,
+    units: tuple[list[list[Unit]], np.ndarray] | None = None,
 ) -> Path:
-    """Write everything into a temp dir beside `out`, then swap it into place. `units`: the text
-    units' vectors and the offsets (one per chunk, plus the end) of each chunk's rows."""
+    """Write everything into a temp dir beside `out`, then swap it into place. `units`: each chunk's
+    text units and one vector per unit, chunk by chunk."""
     if len(chunks) != len(vectors):
         raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
     if units is None:
-        units = (np.zeros((0, vectors.shape[1]), dtype=np.float32), np.zeros(len(chunks) + 1, dtype=np.int64))
-    unit_vectors, offsets = units
-    if len(offsets) != len(chunks) + 1 or offsets[0] != 0 or offsets[-1] != len(unit_vectors) or np.any(np.diff(offsets) < 0):
-        raise ValueError("unit offsets do not match the chunks and the unit vectors")
+        units = ([[] for _ in chunks], np.zeros((0, vectors.shape[1]), dtype=np.float32))
+    chunk_units, unit_vectors = units
+    if len(chunk_units) != len(chunks) or sum(len(u) for u in chunk_units) != len(unit_vectors):
+        raise ValueError("text units do not match the chunks and the unit vectors")
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
@@ -103,7 +108,7 @@ def write_index(
         index.add(np.ascontiguousarray(vectors, dtype=np.float32))
         faiss.write_index(index, str(tmp / "vectors.faiss"))
         np.save(tmp / UNIT_VECTORS, np.ascontiguousarray(unit_vectors, dtype=np.float32))
-        np.save(tmp / UNIT_OFFSETS, np.asarray(offsets, dtype=np.int64))
+        _write_jsonl(tmp / UNITS, [{"units": [[u.text, u.block] for u in row]} for row in chunk_units])
         bm25 = bm25s.BM25(k1=1.2, b=0.75)
         bm25.index([tokenize(c.search_text) for c in chunks], show_progress=False)
         bm25.save(str(tmp / "bm25"))
@@ -191,12 +196,14 @@ def load_index(path: Path, verify: bool = True) -> LoadedIndex:
                 s = Snippet.from_json(json.loads(line))
                 snippets[s.id] = s
     vectors = faiss.read_index(str(path / "vectors.faiss"))
-    unit_vectors, offsets = np.load(path / UNIT_VECTORS), np.load(path / UNIT_OFFSETS)
-    if len(offsets) != len(chunks) + 1 or int(offsets[-1]) != len(unit_vectors):
+    unit_vectors = np.load(path / UNIT_VECTORS)
+    with (path / UNITS).open(encoding="utf-8") as f:
+        units = [[Unit(str(t), int(b)) for t, b in json.loads(line)["units"]] for line in f if line.strip()]
+    if len(units) != len(chunks) or sum(len(u) for u in units) != len(unit_vectors):
         raise IndexError_(f"index at {path} is damaged: the text units do not match the chunks; rebuild it")
     with contextlib.redirect_stdout(None):
         bm25 = bm25s.BM25.load(str(path / "bm25"))
     return LoadedIndex(
         path=path, manifest=manifest, chunks=chunks, snippets=snippets, vectors=vectors, bm25=bm25,
-        verification=read_ledger(path), unit_vectors=unit_vectors, unit_offsets=offsets,
+        verification=read_ledger(path), units=units, unit_vectors=unit_vectors,
     )

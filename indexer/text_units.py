@@ -46,8 +46,6 @@ def _drop(unit: str) -> bool:
     low = unit.lower()
     if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:", "figure", "fig.", "image:")):
         return True
-    if unit.rstrip().endswith(":"):  # introduces a list, code or figure that is not part of the unit
-        return True
     letters = sum(ch.isalpha() for ch in unit)
     return letters < 0.5 * len(unit.replace(" ", ""))  # mostly symbols: code or a formula
 
@@ -137,6 +135,8 @@ def _finish(unit: str) -> str | None:
     elif unit[0].islower():
         unit = unit[0].upper() + unit[1:]
     unit = unit.strip()
+    if unit.endswith(":"):  # introduces a list, code or figure that is not part of the unit
+        return None
     if not _CLOSED.search(unit):
         if words[-1].lower().strip(",;") in _RUNS_ON:
             return None
@@ -144,11 +144,8 @@ def _finish(unit: str) -> str | None:
     return unit
 
 
-def unit_table(chunks: list[Chunk]) -> tuple[list[str], np.ndarray]:
-    """Every chunk's unit texts in chunk order, and the offsets of each chunk's rows (plus the end)."""
-    texts: list[str] = []
-    offsets = [0]
-    for chunk in chunks:
-        texts.extend(u.text for u in text_units(chunk.text))
-        offsets.append(len(texts))
-    return texts, np.asarray(offsets, dtype=np.int64)
+def unit_table(chunks: list[Chunk]) -> tuple[list[list[Unit]], np.ndarray]:
+    """Every chunk's units in chunk order, and the offsets of each chunk's rows in the flat list of
+    all units (one per chunk, plus the end)."""
+    per_chunk = [text_units(chunk.text) for chunk in chunks]
+    return per_chunk, np.cumsum([0] + [len(u) for u in per_chunk]).astype(np.int64)

@@ -1,5 +1,5 @@
-"""The answer-side checks: cut segments, the unanswerable set, the coverage signals and the guard
-that keeps learned models to the encoder they were trained with."""
+"""The answer side: whole text units, the composed answer, version notes, Chinese terms, cut segments,
+the unanswerable set, the coverage signals and the guard that keeps learned models to their encoder."""
 
 from __future__ import annotations
 
@@ -8,13 +8,18 @@ from collections import Counter
 
 import numpy as np
 
+from app.answer import NOT_COVERED, Source, extractive_answer
+from app.ask import terms_line, version_notes
 from app.coverage import COVERAGE_FEATURES, coverage_features
 from app.engine import retrieval_options
+from app.glossary import Glossary
 from app.ranking import QuerySignals, chunk_terms
+from app.retriever import Hit
 from app.settings import Settings
 from eval.answer_quality import UNANSWERABLE, answer_words, has_evidence, is_cut, load_unanswerable, segments
 from eval.question_set import split_of
-from indexer.documents import Chunk
+from indexer.documents import Chunk, Snippet
+from indexer.text_units import text_units, unit_table
 from indexer.tokenize import tokenize
 
 
@@ -57,3 +62,63 @@ def test_learned_models_apply_only_to_their_encoder() -> None:
     other = retrieval_options(settings, "hash-64")
     assert other.ranker is None and other.abstention is None
     assert retrieval_options(settings.model_copy(update={"learned_ranking": False}), "all-MiniLM-L6-v2").abstention is None
+
+
+def test_text_units_are_whole() -> None:
+    text = (
+        "ZeRO-3 will automatically collect and partition the model parameters as they\n"
+        "are needed during the forward and backward passes. It needs e.g. more memory.\n\n"
+        "```python\nmodel = deepspeed.initialize(model=net)\n```\n\n"
+        "after calling deepspeed.init_inference, call\n\n"
+        "- the first item wraps\n  over two lines\n- `overlap_comm` overlaps the gradient reduction\n\n"
+        "`wandb` (type dict; default {}). Sets parameters for WandB monitor.\n"
+        "Reference: Fields; Value; Default\n"
+        "group; Name for the WandB group. This can be used to group together runs.; `None`\n\n"
+        "train_batch_size: [integer]\n\nValue; Example\nThe effective training batch size.; `32`\n\n"
+        "API `deepspeed.comm.all_gather` in deepspeed 0.19.8. Signature: `f(a=<function g at 0x7f00>)`\n\n"
+        "The example below shows how:\n\nFigure 2: throughput of the thing we measured here."
+    )
+    units = [u.text for u in text_units(text)]
+    assert units[0] == "ZeRO-3 will automatically collect and partition the model parameters as they are needed during the forward and backward passes."
+    assert units[1] == "It needs e.g. more memory."  # no split after an abbreviation
+    assert "The first item wraps over two lines." in units and "`overlap_comm` overlaps the gradient reduction." in units
+    assert "`wandb.group`: Name for the WandB group. This can be used to group together runs (default `None`)." in units
+    assert "`train_batch_size`: The effective training batch size (default `32`)." in units
+    joined = " ".join(units)
+    for gone in ("deepspeed.initialize(", "init_inference, call", "0x7f", "Figure 2", "example below"):
+        assert gone not in joined, gone
+    assert all(not is_cut(u) for u in units)
+    per_chunk, offsets = unit_table([Chunk(id="a", text=text, path="p", url="u", title="T", heading="H", trail=(), source="docs")])
+    assert [u.text for u in per_chunk[0]] == units and offsets.tolist() == [0, len(units)]
+
+
+def test_composed_answer_leads_with_the_best_unit_and_reads_on() -> None:
+    first = Source(1, "ZeRO", "Memory", "Stage 3 partitions the parameters across ranks. It needs at least 4 GPUs because the states are split four ways.\n\nUnrelated closing words about logging here.")
+    second = Source(2, "Offload", "CPU", "Offloading the optimizer to CPU memory saves GPU memory for stage 3.")
+    answer = extractive_answer("how does stage 3 partition the parameters", [first, second])
+    segs = segments(answer)
+    assert segs[0].startswith("Stage 3 partitions the parameters across ranks. It needs at least 4 GPUs")  # the lead reads on
+    assert answer.count("[1]") == 1 and "logging" not in answer.split("[1]")[0]
+    assert answer_words(answer) <= 120 and not any(is_cut(s) for s in segs)
+    assert extractive_answer("anything", []) == NOT_COVERED
+    sims = np.array([0.0, 0.0, 0.0, 0.9])  # the encoder prefers the second source's unit
+    assert extractive_answer("how does stage 3 partition the parameters", [first, second], sims).startswith("Offloading the optimizer")
+
+
+def test_version_note_only_on_a_cited_page_whose_failing_code_the_question_names() -> None:
+    bad = Snippet(id="s", language="json", kind="ds_config", code="{}", chunk_id="c", source_url="u", path="docs/a.md",
+                  status="failed", reason="/: deepspeed's own config parser rejects it: 'zero_optimization.mics_shard_size' is no longer supported",
+                  checked_with="0.19.8")
+    chunk = Chunk(id="c", text="t", path="docs/a.md", url="u", title="T", heading="H", trail=(), source="docs")
+    hits = [Hit(chunk=chunk, score=1.0, bm25=1.0, dense=0.5)]
+    note = version_notes({"docs/a.md": bad}, hits, "Use MiCS. [1]", "how do I set mics_shard_size?")
+    assert note.strip().startswith("Heads-up") and "/:" not in note and note.rstrip().endswith("[1]") and not is_cut(segments(note)[0])
+    assert version_notes({"docs/a.md": bad}, hits, "Use MiCS. [2]", "how do I set mics_shard_size?") == ""  # not cited
+    assert version_notes({"docs/a.md": bad}, hits, "Use ZeRO. [1]", "how does ZeRO stage 3 work?") == ""  # not asked
+
+
+def test_chinese_answers_name_the_terms_they_matched() -> None:
+    g = Glossary({"梯度累积": "gradient accumulation gradient_accumulation_steps", "显存": "gpu memory"})
+    line = terms_line(g, "梯度累积和显存怎么设置？")
+    assert line.startswith("术语：") and "梯度累积 → gradient accumulation gradient_accumulation_steps" in line and "显存 → gpu memory" in line
+    assert terms_line(g, "没有术语") == ""
