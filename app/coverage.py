@@ -1,7 +1,7 @@
 """Does the index cover the question? A decision from more than the top cosine.
 
-Signals of one search: the best cosine, the top passage's cosine, ranking score and raw BM25, the
-best BM25 anywhere, how much of the ask the top passage and the top five cover, whether the
+Signals of one search: the best cosine, the top passage's cosine, ranking score and raw BM25 per
+query term, the best such anywhere, how much of the ask the top passage and the top five cover, whether the
 question's identifiers appear in the top five (a key DeepSpeed never had does not), how far BM25's
 and the dense model's top ten agree. A logistic model over them, trained on the `tune` split of our
 answerable questions against the tune half of `eval/unanswerable.jsonl`, with its threshold set so
@@ -24,8 +24,8 @@ COVERAGE_FEATURES: tuple[str, ...] = (
     "best_cos",  # best cosine among the candidates
     "top_cos",  # the first passage's cosine
     "top_score",  # the first passage's ranking score
-    "top_bm25",  # the first passage's raw BM25 (not normalised: an absolute match strength)
-    "best_bm25",  # the best raw BM25 over the whole index
+    "top_bm25",  # the first passage's raw BM25 per query term (an absolute match strength, not
+    "best_bm25",  # normalised by the best passage) and the best such over the whole index
     "top_cover",  # share of the ask's terms in the first passage
     "top5_cover",  # share of the ask's terms in the first five
     "ident_found",  # share of the question's identifiers found in the first five (1 when none)
@@ -50,8 +50,8 @@ def coverage_features(q: QuerySignals, candidate_cos: np.ndarray, top: list[int]
         float(candidate_cos.max()),
         float(q.cos[first]),
         top_score,
-        float(q.bm25[first]),
-        float(q.bm25.max()),
+        float(q.bm25[first]) / q.query_terms,
+        float(q.bm25.max()) / q.query_terms,
         len(q.ask_terms & terms[first].text) / n_terms,
         len(q.ask_terms & text5) / n_terms,
         found,

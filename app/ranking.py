@@ -75,6 +75,7 @@ class QuerySignals:
     identifiers: frozenset[str]
     cjk: bool
     ask_vector: np.ndarray | None = None  # the encoder's vector of the ask (the answer ranks units by it)
+    query_terms: int = 1  # distinct BM25 terms of the searched text (raw BM25 grows with them)
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:

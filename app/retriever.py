@@ -132,6 +132,7 @@ class HybridRetriever:
             identifiers=frozenset(identifiers(query)),
             cjk=has_cjk(question),
             ask_vector=vecs[-1],
+            query_terms=max(len(set(self.bm25_tokens(query))), 1),
         )
         return query, signals
 
