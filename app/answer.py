@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 
 from indexer.text_units import Unit, text_units
-from indexer.tokenize import STOPWORDS, tokenize
+from indexer.tokenize import STOPWORDS, term_set, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def unit_scores(ask: str, cands: list[Candidate], similarities: np.ndarray | Non
     weight = sum(2.0 if t in idents else 1.0 for t in terms) or 1.0
     scores = np.zeros(len(cands))
     for i, c in enumerate(cands):
-        unit_terms = set(tokenize(c.unit.text))
+        unit_terms = term_set(c.unit.text)
         lexical = sum(2.0 if t in idents else 1.0 for t in terms & unit_terms) / weight
         scores[i] = lexical_weight * lexical - rank_step * (c.source.n - 1)
     if similarities is not None:

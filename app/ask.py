@@ -96,10 +96,10 @@ def terms_line(glossary: Glossary, question: str, limit: int = 4) -> str:
 
 def answer_sources(index: LoadedIndex, result: SearchResult) -> tuple[list[Source], np.ndarray | None]:
     """The numbered sources of an answer, each with its text units as indexed, and the cosine of the
-    question's ask with every unit of the first ANSWER_DEPTH sources (None without unit vectors)."""
+    question with every unit of the first ANSWER_DEPTH sources (None without unit vectors)."""
     sources: list[Source] = []
     sims: list[np.ndarray] = []
-    usable = result.ask_vector is not None and index.unit_vectors is not None
+    usable = result.query_vector is not None and index.unit_vectors is not None
     for n, hit in enumerate(result.hits, 1):
         units: list[Unit] = []
         for j in hit.span or (index.by_id.get(hit.chunk.id, -1),):
@@ -109,7 +109,7 @@ def answer_sources(index: LoadedIndex, result: SearchResult) -> tuple[list[Sourc
             chunk_units, vectors = index.chunk_units(j)
             units += [Unit(u.text, u.block + offset) for u in chunk_units]
             if n <= ANSWER_DEPTH and usable and vectors is not None:
-                sims.append(vectors @ result.ask_vector)
+                sims.append(vectors @ result.query_vector)
         sources.append(Source(n=n, title=hit.chunk.title, heading=hit.chunk.heading, text=hit.chunk.text, units=tuple(units)))
     similarities = np.concatenate(sims) if usable and sims else None
     return sources, similarities

@@ -26,7 +26,6 @@ FEATURES: tuple[str, ...] = (
     "bm25_ask",  # BM25 of the ask alone / its best
     "cos",  # cosine of the whole question
     "cos_gap",  # cosine minus the best candidate's cosine
-    "cos_ask",  # cosine of the ask alone
     "bm25_rank",  # 1 / (1 + rank by BM25)
     "dense_rank",  # 1 / (1 + rank by cosine)
     "trail_cover",  # share of the ask's terms found in the title/heading trail
@@ -70,11 +69,10 @@ class QuerySignals:
     bm25: np.ndarray
     bm25_ask: np.ndarray
     cos: np.ndarray
-    cos_ask: np.ndarray
     ask_terms: frozenset[str]
     identifiers: frozenset[str]
     cjk: bool
-    ask_vector: np.ndarray | None = None  # the encoder's vector of the ask (the answer ranks units by it)
+    query_vector: np.ndarray | None = None  # the encoder's vector of the question (the answer ranks units by it)
     query_terms: int = 1  # distinct BM25 terms of the searched text (raw BM25 grows with them)
 
 
@@ -90,7 +88,6 @@ def candidate_features(ids: np.ndarray, q: QuerySignals, terms: list[ChunkTerms]
     bm = q.bm25[ids].astype(np.float64)
     bma = q.bm25_ask[ids].astype(np.float64)
     cos = q.cos[ids].astype(np.float64)
-    cosa = q.cos_ask[ids].astype(np.float64)
     bm_n = bm / bm.max() if bm.max() > 0 else np.zeros_like(bm)
     bma_n = bma / bma.max() if bma.max() > 0 else np.zeros_like(bma)
     rows = np.zeros((len(ids), len(FEATURES)), dtype=np.float64)
@@ -98,23 +95,22 @@ def candidate_features(ids: np.ndarray, q: QuerySignals, terms: list[ChunkTerms]
     rows[:, 1] = bma_n
     rows[:, 2] = cos
     rows[:, 3] = cos - cos.max()
-    rows[:, 4] = cosa
-    rows[:, 5] = 1.0 / (1.0 + _ranks(bm))
-    rows[:, 6] = 1.0 / (1.0 + _ranks(cos))
+    rows[:, 4] = 1.0 / (1.0 + _ranks(bm))
+    rows[:, 5] = 1.0 / (1.0 + _ranks(cos))
     n_terms = max(len(q.ask_terms), 1)
     n_ident = max(len(q.identifiers), 1)
     for r, i in enumerate(ids):
         t = terms[int(i)]
-        rows[r, 7] = len(q.ask_terms & t.trail) / n_terms
-        rows[r, 8] = len(q.ask_terms & t.text) / n_terms
-        rows[r, 9] = len(q.identifiers & t.text) / n_ident if q.identifiers else 0.0
-        rows[r, 10] = 1.0 if q.identifiers else 0.0
-        rows[r, 11] = t.source == "api"
-        rows[r, 12] = t.source == "config"
-        rows[r, 13] = t.news
-        rows[r, 14] = math.log1p(t.words)
-    rows[:, 15] = bm_n if q.cjk else 0.0
-    rows[:, 16] = cos if q.cjk else 0.0
+        rows[r, 6] = len(q.ask_terms & t.trail) / n_terms
+        rows[r, 7] = len(q.ask_terms & t.text) / n_terms
+        rows[r, 8] = len(q.identifiers & t.text) / n_ident if q.identifiers else 0.0
+        rows[r, 9] = 1.0 if q.identifiers else 0.0
+        rows[r, 10] = t.source == "api"
+        rows[r, 11] = t.source == "config"
+        rows[r, 12] = t.news
+        rows[r, 13] = math.log1p(t.words)
+    rows[:, 14] = bm_n if q.cjk else 0.0
+    rows[:, 15] = cos if q.cjk else 0.0
     return rows
 
 

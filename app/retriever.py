@@ -44,7 +44,7 @@ class SearchResult:
     query: str  # the text actually searched (a Chinese question's English expansion)
     relevance: float  # best cosine among the hits: how well the docs cover the question
     covered: bool | None = None  # the retriever's own coverage decision; None: the caller judges `relevance`
-    ask_vector: np.ndarray | None = None  # the encoder's vector of the question's ask
+    query_vector: np.ndarray | None = None  # the encoder's vector of the question
 
 
 class Retriever(Protocol):
@@ -119,19 +119,19 @@ class HybridRetriever:
         parts = split_question(question)
         query = self.glossary.expand(question)
         ask = self.glossary.expand(parts.ask) if self.options.split_ask and parts.has_context else query
-        texts = [query] if ask == query else [query, ask]
-        vecs = self.embedder.embed(texts)
-        cos = self.matrix @ vecs.T if len(self.matrix) else np.zeros((0, len(texts)), dtype=np.float32)
+        # one embedding of the whole question: a second one of the ask alone cost ~5 ms a query and
+        # moved no metric on the tune split beyond one question either way
+        vector = self.embedder.embed([query])[0]
+        cos = self.matrix @ vector if len(self.matrix) else np.zeros(0, dtype=np.float32)
         bm25 = self._bm25(query)
         signals = QuerySignals(
             bm25=bm25,
             bm25_ask=bm25 if ask == query else self._bm25(ask),
-            cos=cos[:, 0],
-            cos_ask=cos[:, -1],
+            cos=cos,
             ask_terms=frozenset(tokenize(ask)),
             identifiers=frozenset(identifiers(query)),
             cjk=has_cjk(question),
-            ask_vector=vecs[-1],
+            query_vector=vector,
             query_terms=max(len(set(self.bm25_tokens(query))), 1),
         )
         return query, signals
@@ -140,7 +140,7 @@ class HybridRetriever:
         d = self.options.depth
         pools = [np.argsort(-q.bm25)[:d], np.argsort(-q.cos)[:d]]
         if q.bm25_ask is not q.bm25:
-            pools += [np.argsort(-q.bm25_ask)[: d // 2], np.argsort(-q.cos_ask)[: d // 2]]
+            pools.append(np.argsort(-q.bm25_ask)[: d // 2])
         cand = {int(i) for pool in pools for i in pool}
         if topic is not None or source is not None:
             cand = {i for i in cand if matches_filter(self.index.chunks[i], topic, source)}
@@ -174,7 +174,7 @@ class HybridRetriever:
             top = chosen if k >= COVERAGE_DEPTH else self.select(ids, scores, COVERAGE_DEPTH)
             row = self.coverage_row(q, ids, top)
             covered = bool(model.score(row[None, :])[0] >= model.threshold)
-        return SearchResult(hits=hits, query=query, relevance=relevance, covered=covered, ask_vector=q.ask_vector)
+        return SearchResult(hits=hits, query=query, relevance=relevance, covered=covered, query_vector=q.query_vector)
 
     def coverage_row(self, q: QuerySignals, ids: np.ndarray, top: list[tuple[int, float]]) -> np.ndarray:
         """The coverage signals of a search whose first passages are `top` (chunk id, score)."""

@@ -35,6 +35,12 @@ def _is_identifier(raw: str) -> bool:
     return raw.startswith("-") or "_" in core or "." in core or bool(re.search(r"[a-z][A-Z]", core))
 
 
+@lru_cache(maxsize=65536)
+def term_set(text: str) -> frozenset[str]:
+    """The distinct tokens of a text, remembered: the answer scores the same passages' units often."""
+    return frozenset(tokenize(text))
+
+
 def tokenize(text: str, *, expand: bool = True) -> list[str]:
     """BM25 tokens; `expand` adds the words an abbreviated part stands for (`ckpt` -> checkpoint)."""
     stem = _stemmer().stemWord

@@ -47,7 +47,7 @@ def test_coverage_signals() -> None:
     chunks = [Chunk(id=f"c{i}", text=t, path="p", url="u", title="T", heading="H", trail=("T",), source="docs")
               for i, t in enumerate(["Set overlap_comm to overlap reduction.", "Pipeline stages."])]
     terms = [chunk_terms(c) for c in chunks]
-    q = QuerySignals(np.array([3.0, 1.0]), np.array([3.0, 1.0]), np.array([0.6, 0.2]), np.array([0.6, 0.2]),
+    q = QuerySignals(np.array([3.0, 1.0]), np.array([3.0, 1.0]), np.array([0.6, 0.2]),
                      frozenset(tokenize("overlap reduction")), frozenset({"overlap_comm", "made_up_key"}), False)
     row = coverage_features(q, q.cos, [0, 1], 2.5, terms, [c.text for c in chunks])
     named = dict(zip(COVERAGE_FEATURES, row, strict=True))

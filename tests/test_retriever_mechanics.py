@@ -122,7 +122,7 @@ def test_features_are_finite_and_shaped() -> None:
     index = _index(CHUNKS)
     terms = [chunk_terms(c) for c in CHUNKS]
     z = np.zeros(len(CHUNKS), dtype=np.float32)
-    q = QuerySignals(z + 1, z, z + 0.5, z, frozenset(tokenize("offload cpu")), frozenset({"offload_optimizer"}), False)
+    q = QuerySignals(z + 1, z, z + 0.5, frozenset(tokenize("offload cpu")), frozenset({"offload_optimizer"}), False)
     rows = candidate_features(np.arange(len(index.chunks)), q, terms)
     assert rows.shape == (len(CHUNKS), len(FEATURES)) and np.isfinite(rows).all()
     assert rows[1, FEATURES.index("ident_match")] == 1.0 and rows[0, FEATURES.index("ident_match")] == 0.0
