@@ -20,6 +20,7 @@ LEAD_UNITS = 3
 LEAD_WORDS = 80
 MAX_SEGMENTS = 5
 SEMANTIC_WEIGHT = 4.0  # cosine against term overlap when choosing units (chosen on the tune split)
+REPEAT_OVERLAP = 0.8  # a unit sharing this share of its terms with one already quoted adds nothing
 SUPPORT_SHARE = 0.5  # a unit from another passage joins when it scores this close to the best
 NOT_COVERED = (
     "The DeepSpeed docs and notes indexed here do not seem to cover this question "
@@ -91,12 +92,19 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int = ANSWER_
         c = cands[i]
         if c.unit.text in used or c.source.n == best.source.n or float(scores[i]) < SUPPORT_SHARE * top:
             continue
+        if any(_overlap(c.unit.text, u) >= REPEAT_OVERLAP for u in used):  # says again what is said
+            continue
         if words + len(c.unit.text.split()) > max_words or len(parts) >= MAX_SEGMENTS:
             break
         parts.append((c.unit.text, c.source.n))
         used.add(c.unit.text)
         words += len(c.unit.text.split())
     return " ".join(f"{text} [{n}]" for text, n in parts)
+
+
+def _overlap(a: str, b: str) -> float:
+    ta, tb = term_set(a), term_set(b)
+    return len(ta & tb) / max(min(len(ta), len(tb)), 1)
 
 
 def extractive_answer(ask: str, sources: list[Source], similarities: np.ndarray | None = None) -> str:

@@ -26,6 +26,7 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][\w.]*$")
 _LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
 _RST_DIRECTIVE = re.compile(r"^\.\. (\w+)::\s*")
 _KEY_ROW = re.compile(r"^`?(?P<key>[a-z_][\w.]*)`?\s*:\s*\[(?P<type>[\w ]+)\];\s*(?P<rest>.+)$")
+_VALUE = re.compile(r"^(?:`[^`]*`|-?\d[\w.]*|true|false|none|null|n/a|\{\}|\[\])\.?$", re.I)
 _CLOSED = re.compile(r"""[.!?)\]"'`*]$""")
 # a unit that ends on one of these words without punctuation runs on into code or a list it lacks
 _RUNS_ON = frozenset("""a an the to of in on by with using use via call calls run runs set add as at for from
@@ -46,6 +47,8 @@ def _drop(unit: str) -> bool:
     low = unit.lower()
     if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:", "figure", "fig.", "image:")):
         return True
+    if unit.count('"') >= 4 or ("{" in unit and '":' in unit):  # JSON outside a fence
+        return True
     letters = sum(ch.isalpha() for ch in unit)
     return letters < 0.5 * len(unit.replace(" ", ""))  # mostly symbols: code or a formula
 
@@ -59,6 +62,16 @@ def _split_sentences(prose: str) -> list[str]:
         else:
             out.append(piece)
     return [p.strip() for p in out if p.strip()]
+
+
+def _is_row(line: str, in_table: bool) -> bool:
+    """A table row as the parser writes it (cells joined by '; '): under a header, or ending in a
+    short value cell (a default such as `false`, 32, None). Prose with a semicolon is not a row."""
+    cells = line.split("; ")
+    if len(cells) < 2 or _LIST_ITEM.match(line):
+        return False
+    last = cells[-1].strip()
+    return in_table or (len(last.split()) <= 3 and bool(_VALUE.match(last)))
 
 
 def _row_unit(cells: list[str], key: str | None) -> str:
@@ -83,6 +96,7 @@ def text_units(text: str) -> list[Unit]:
     key: str | None = None
     for block_no, block in enumerate(re.split(r"\n\s*\n", _FENCE.sub("\n\n", text))):
         items: list[tuple[str, str]] = []  # (kind, text): prose | row
+        in_table = False  # a header row was seen in this block
         for raw in block.splitlines():
             line = _RST_DIRECTIVE.sub(lambda m: f"{m.group(1).capitalize()}: ", _LINK.sub(r"\1", raw.strip()))
             if not line:
@@ -104,8 +118,9 @@ def text_units(text: str) -> list[Unit]:
                 items.append(("prose", f"{typed}: {rest}" if rest else f"{typed}."))
                 continue
             if _TABLE_HEADER.match(line):
+                in_table = True
                 continue
-            if "; " in line and not _LIST_ITEM.match(line) and len(line.split("; ")) >= 2 and items[-1:] != [("prose", "")]:
+            if _is_row(line, in_table):
                 items.append(("row", line))
                 continue
             if _LIST_ITEM.match(line):
