@@ -166,18 +166,21 @@ def config_reference_prose(docs_root: Path | None) -> dict[str, str]:
         return {}
     _, body = split_front_matter(page.read_text(encoding="utf-8"))
     entries: dict[str, list[str]] = {}
+    seen: dict[str, int] = {}
     current: str | None = None
     for line in body.splitlines():
         m = _ENTRY.match(line.strip())
         if m:
             current = m.group(1)
+            seen[current] = seen.get(current, 0) + 1
             entries.setdefault(current, [])
             continue
         if line.startswith("#"):
             current = None
         elif current is not None:
             entries[current].append(line)
-    return {k: clean_prose("\n".join(v)) for k, v in entries.items() if any(s.strip() for s in v)}
+    # a bare name the page uses in several sections ("enabled") belongs to none of them for sure
+    return {k: clean_prose("\n".join(v)) for k, v in entries.items() if seen[k] == 1 and any(s.strip() for s in v)}
 
 
 def _prose_for(key: ConfigKey, prose: dict[str, str]) -> str:

@@ -140,3 +140,15 @@ def test_json_output_stays_clean_when_deepspeed_warns(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "app.cli", "validate-config", str(cfg), "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["valid"] is True
+
+
+def test_reference_prose_is_joined_only_to_its_own_key(real_docs: Path) -> None:
+    """config-json.md names `enabled` in many sections: a bare repeated name is no key's reference
+    (it once gave `wandb.enabled` the autotuner's and the flops profiler's descriptions)."""
+    from indexer.package_source import config_reference_prose, read_config_catalogue
+
+    prose = config_reference_prose(real_docs)
+    assert "enabled" not in prose and "fp16:loss_scale_window" in prose
+    wandb = next(d for d in read_config_catalogue(real_docs) if d.path.endswith("/wandb"))
+    text = " ".join(b.text for s in wandb.sections for b in s.blocks)
+    assert "WandB" in text and "autotuner" not in text and "flops profiler" not in text
