@@ -23,9 +23,9 @@ SEMANTIC_WEIGHT = 4.0  # cosine against term overlap when choosing units (chosen
 REPEAT_OVERLAP = 0.8  # a unit sharing this share of its terms with one already quoted adds nothing
 SUPPORT_SHARE = 0.5  # a unit from another passage joins when it scores this close to the best
 NOT_COVERED = (
-    "The DeepSpeed docs and notes indexed here do not seem to cover this question "
-    "(no passage was relevant enough). Try naming the feature or config key, e.g. "
-    "`zero_optimization.stage` or `PipelineModule`."
+    "The DeepSpeed docs and notes indexed here do not seem to cover this question. "
+    "The passages below are only the closest matches; naming the feature or config key "
+    "(e.g. `zero_optimization.stage` or `PipelineModule`) may find more."
 )
 
 

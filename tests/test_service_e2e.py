@@ -54,3 +54,9 @@ def test_answer_warns_about_docs_code_the_installed_version_rejects(real_server:
     body = httpx.post(real_server.url + "/ask", json={"question": "How do I configure the 1-bit Adam optimizer (OneBitAdam) freeze_step?"}, timeout=60).json()
     assert "no longer works with the installed deepspeed" in body["answer"]
     assert "OneBitAdam" in body["answer"]
+
+
+def test_a_refusal_still_lists_the_closest_matches(real_server: ServerThread) -> None:
+    body = httpx.post(real_server.url + "/ask", json={"question": "What is a good recipe for vegetable soup?", "k": 3}, timeout=60).json()
+    assert body["covered"] is False and "closest matches" in body["answer"]
+    assert len(body["passages"]) == 3
