@@ -100,4 +100,6 @@ def load_engine(settings: Settings, embedder: Embedder | None = None) -> Engine:
         glossary,
         retrieval_options(settings, embedder.name),
     )
+    if retriever.options.ranker is not None:
+        _ = retriever.terms  # the ranker's per-chunk terms: built at load, not on the first question
     return Engine(settings=settings, index=index, retriever=retriever, glossary=glossary)

@@ -82,7 +82,7 @@ class RetrievalOptions:
     ranker: LinearModel | None = None  # the learned re-ranking; None: weighted fusion and priors
     abstention: LinearModel | None = None  # the coverage decision (`app/coverage.py`); None: no decision
     section_words: int = 350  # grow a passage with its section's neighbouring chunks up to this many words (0: off)
-    notes_last: bool = True  # at most one of our notes, in the last of the k slots (see `select`)
+    notes_last: bool = True  # at most one of our notes, never above fifth place (see `select`)
     dedupe: bool = True
 
 
