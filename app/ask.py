@@ -57,7 +57,6 @@ def best_snippets(snippets: list[SnippetOut], n: int) -> list[SnippetOut]:
     return sorted(snippets, key=lambda s: order.get(s.status, 2))[:n]
 
 
-
 _POINTER = re.compile(r"^/[\w/]*:\s*")
 _NAMED = re.compile(r"'([A-Za-z_][\w.]*)'|\b([a-z]+(?:_[a-z0-9]+)+)\b|\b(deepspeed(?:\.\w+)+)")
 
@@ -79,9 +78,9 @@ def version_notes(stale: dict[str, Snippet], hits: list[Hit], answer: str, quest
             continue
         reason = _POINTER.sub("", bad.reason).strip()
         reason = reason if reason.endswith((".", "!", "?")) else reason + "."
-        names = {_squash(part) for m in _NAMED.finditer(bad.reason) for part in m.groups() if part}
-        leaves = {_squash(name.split(".")[-1]) for m in _NAMED.finditer(bad.reason) for name in m.groups() if name}
-        if not any(name and name in asked for name in names | leaves):
+        named = [part for m in _NAMED.finditer(bad.reason) for part in m.groups() if part]
+        keys = {_squash(n) for n in named} | {_squash(n.split(".")[-1]) for n in named}
+        if not any(key and key in asked for key in keys):
             continue
         seen.add(hit.chunk.path)
         notes.append(f"Heads-up: an example on that page no longer works with the installed deepspeed {bad.checked_with}. {reason} [{n}]")
@@ -139,10 +138,10 @@ def ask(engine: Engine, request: AskRequest) -> AskResponse:
             if s is None or (request.checked_only and s.status != "ok"):
                 continue
             snippets.append(snippet_out(s, index.verification.get(sid)))
-    sources, similarities = answer_sources(index, result)
     if not covered:
         answer = NOT_COVERED
     else:
+        sources, similarities = answer_sources(index, result)
         answer = ""
         if settings.llm_url:
             try:

@@ -54,7 +54,6 @@ class Engine:
         return stale
 
 
-
 def retrieval_options(settings: Settings, encoder: str) -> RetrievalOptions:
     """The shipped retrieval choices, with the settings' overrides. The learned models apply only to
     the encoder they were trained with (its cosines are among their inputs); with any other, the

@@ -10,6 +10,7 @@ section), near-duplicates are dropped, and one of our notes at most stands fifth
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -60,6 +61,13 @@ def matches_filter(chunk: Chunk, topic: str | None, source: str | None) -> bool:
     return True
 
 
+def bm25_scores(index: LoadedIndex, tokens: list[str]) -> np.ndarray:
+    """BM25 of the tokens against every chunk (zeros for no tokens)."""
+    if not tokens:
+        return np.zeros(len(index.chunks), dtype=np.float32)
+    return np.asarray(index.bm25.get_scores(tokens), dtype=np.float32)
+
+
 def dense_matrix(index: LoadedIndex) -> np.ndarray:
     """The index's unit vectors as one matrix: a matrix product gives every cosine at once."""
     n = index.vectors.ntotal
@@ -103,16 +111,22 @@ class HybridRetriever:
         self.bm25_tokens = bm25_tokens  # must match how the index's BM25 was built
         self.matrix = dense_matrix(index)
         self._shingles: dict[int, set[tuple[str, ...]]] = {}
+        self._spans: dict[int, tuple[int, ...]] = {}
+
+    def with_options(self, **changes: object) -> HybridRetriever:
+        """The same retriever with some options changed, sharing the loaded vectors, chunk terms and
+        shingles (training and the bench score variants without loading anything again)."""
+        other = copy.copy(self)
+        other.options = replace(self.options, **changes)  # type: ignore[arg-type]
+        other._spans = {}  # spans depend on `section_words`
+        return other
 
     @cached_property
     def terms(self) -> list[ChunkTerms]:
         return [chunk_terms(c) for c in self.index.chunks]
 
     def _bm25(self, text: str) -> np.ndarray:
-        tokens = self.bm25_tokens(text)
-        if not tokens:
-            return np.zeros(len(self.index.chunks), dtype=np.float32)
-        return np.asarray(self.index.bm25.get_scores(tokens), dtype=np.float32)
+        return bm25_scores(self.index, self.bm25_tokens(text))
 
     def signals(self, question: str) -> tuple[str, QuerySignals]:
         """The searched text and the question's scores over every chunk."""
@@ -164,7 +178,7 @@ class HybridRetriever:
         scores = self.score(ids, q)
         chosen = self.select(ids, scores, k)
         hits = [
-            Hit(chunk=self.passage(i), score=s, bm25=float(q.bm25[i]), dense=float(q.cos[i]), span=tuple(self.section_span(i)))
+            Hit(chunk=self.passage(i), score=s, bm25=float(q.bm25[i]), dense=float(q.cos[i]), span=self.section_span(i))
             for i, s in chosen
         ]
         relevance = max((h.dense for h in hits), default=0.0)
@@ -204,27 +218,33 @@ class HybridRetriever:
 
     def _select(self, ids: np.ndarray, scores: np.ndarray, k: int, *, skip_notes: bool) -> list[tuple[int, float]]:
         chosen: list[tuple[int, float]] = []
+        inside: set[int] = set()  # chunks within the passages taken
         for p in np.argsort(-scores, kind="stable"):
             if len(chosen) >= k:
                 break
             idx = int(ids[p])
             if skip_notes and self.index.chunks[idx].source == "notes":
                 continue
-            if self.options.section_words and any(idx in self.section_span(j) for j, _ in chosen):
+            if idx in inside:
                 continue  # already inside a passage taken: one passage per section span
             if self.options.dedupe and any(near_duplicate(self._shingle(idx), self._shingle(j)) for j, _ in chosen):
                 continue
             chosen.append((idx, float(scores[p])))
+            inside.update(self.section_span(idx))
         return chosen
 
-    def section_span(self, idx: int) -> list[int]:
+    def section_span(self, idx: int) -> tuple[int, ...]:
         """The chunk and its neighbours of the same section, grown outwards while the words fit
-        `section_words` (the chunk alone when off or when nothing fits)."""
+        `section_words` (the chunk alone when off or when nothing fits); remembered per chunk."""
+        if idx not in self._spans:
+            self._spans[idx] = self._grow_span(idx)
+        return self._spans[idx]
+
+    def _grow_span(self, idx: int) -> tuple[int, ...]:
         budget = self.options.section_words
         chunks = self.index.chunks
-        span = [idx]
         if budget <= 0:
-            return span
+            return (idx,)
         words = self.terms[idx].words
         lo, hi = idx, idx
         same = self._same_section
@@ -236,7 +256,7 @@ class HybridRetriever:
                     lo, hi = min(lo, j), max(hi, j)
                     grown = True
             if not grown:
-                return list(range(lo, hi + 1))
+                return tuple(range(lo, hi + 1))
 
     def _same_section(self, a: int, b: int) -> bool:
         ca, cb = self.index.chunks[a], self.index.chunks[b]
@@ -289,10 +309,7 @@ class Bm25Retriever:
         self.glossary = glossary or Glossary({})
 
     def scores(self, query: str) -> np.ndarray:
-        tokens = tokenize(query)
-        if not tokens:
-            return np.zeros(len(self.index.chunks), dtype=np.float32)
-        return np.asarray(self.index.bm25.get_scores(tokens), dtype=np.float32)
+        return bm25_scores(self.index, tokenize(query))
 
     def search(self, question: str, k: int = 5, *, topic: str | None = None, source: str | None = None) -> SearchResult:
         query = self.glossary.expand(question)

@@ -61,11 +61,11 @@ def ablations(shipped: HybridRetriever, tune: list) -> dict[str, Retriever]:  # 
 
     plain = _without_expansion(index)
     return {
-        "-ranker": HybridRetriever(index, emb, g, replace(o, ranker=None)),
+        "-ranker": shipped.with_options(ranker=None),
         "-ask_split": retrained("noask", index, replace(o, split_ask=False)),
         "-abbrev": retrained("noabbrev", plain, o, _plain_tokens),
-        "-sections": HybridRetriever(index, emb, g, replace(o, section_words=0)),
-        "-notes_last": HybridRetriever(index, emb, g, replace(o, notes_last=False)),
+        "-sections": shipped.with_options(section_words=0),
+        "-notes_last": shipped.with_options(notes_last=False),
         "v1": HybridRetriever(plain, emb, g, RetrievalOptions(split_ask=False, section_words=0, notes_last=False),
                               bm25_tokens=_plain_tokens),
     }

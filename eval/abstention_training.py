@@ -23,9 +23,7 @@ from eval.question_set import split_of
 
 
 def coverage_rows(retriever: HybridRetriever, questions: list[str]) -> np.ndarray:
-    plain = HybridRetriever(retriever.index, retriever.embedder, retriever.glossary,
-                            replace(retriever.options, abstention=None), bm25_tokens=retriever.bm25_tokens)
-    plain.matrix = retriever.matrix
+    plain = retriever.with_options(abstention=None)
     rows = []
     for text in questions:
         _, q = plain.signals(text)

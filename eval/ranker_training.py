@@ -10,7 +10,7 @@ The `test` split is never read here.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,7 @@ class QuestionRows:
 
 
 def question_rows(retriever: HybridRetriever, questions: list[Question]) -> list[QuestionRows]:
-    plain = replace(retriever.options, ranker=None)
-    scorer = HybridRetriever(retriever.index, retriever.embedder, retriever.glossary, plain, bm25_tokens=retriever.bm25_tokens)
-    scorer.matrix = retriever.matrix
+    scorer = retriever.with_options(ranker=None)
     norm_text = [normalise(c.text) for c in retriever.index.chunks]
     out: list[QuestionRows] = []
     for q in questions:

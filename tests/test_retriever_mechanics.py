@@ -89,8 +89,8 @@ def test_section_passages_join_neighbours_within_the_budget() -> None:
     assert "offload_optimizer" in first.chunk.text and "pin_memory" in first.chunk.text  # chunks 1 and 2 joined
     assert sum("pin_memory" in h.chunk.text for h in hits) == 1  # the neighbour is not returned again
     tight = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=15))
-    assert tight.section_span(1) == [1]
-    assert r.section_span(3) == [3]  # another section is never joined
+    assert tight.section_span(1) == (1,)
+    assert r.section_span(3) == (3,)  # another section is never joined
 
 
 def test_selection_skips_chunks_inside_a_taken_passage_and_near_duplicates() -> None:
