@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from app.ask import ask
+from app.ask import ask, ask_events
 from app.engine import Engine, load_engine
 from app.errors import DsqaError, IndexNotReady, InvalidInput, to_reply
 from app.mcp_server import mount_mcp
@@ -35,6 +35,10 @@ def _field_of(error: dict[str, Any]) -> str:
     return ".".join(loc) or "body"
 
 
+def _sse(event: str, data: dict[str, Any]) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
 def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -45,6 +49,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         set_index_chunks(len(app.state.engine.index.chunks) if app.state.engine.index is not None else 0)
         async with app.state.mcp.session_manager.run():  # the streamable HTTP transport at /mcp
             yield
+        if app.state.engine.llm is not None:
+            app.state.engine.llm.close()
 
     app = FastAPI(
         title="dsqa",
@@ -79,8 +85,18 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         return JSONResponse(status_code=200, content={"status": "ready", "index": eng.index.summary()})
 
     @app.post("/ask", response_model=AskResponse, tags=["ask"])
-    async def ask_route(body: AskRequest, request: Request) -> AskResponse:
-        return await run_in_threadpool(ask, request.app.state.engine, body)
+    async def ask_route(body: AskRequest, request: Request) -> AskResponse | StreamingResponse:
+        if not body.stream:
+            return await run_in_threadpool(ask, request.app.state.engine, body)
+        events = ask_events(request.app.state.engine, body)
+        first = await run_in_threadpool(next, events)  # retrieval errors (index not ready) answer as JSON
+
+        def sse() -> Iterator[str]:
+            yield _sse(*first)
+            for event in events:
+                yield _sse(*event)
+
+        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     @app.post("/validate-config", tags=["config"])
     async def validate_config_route(request: Request, world_size: int = 1) -> JSONResponse:

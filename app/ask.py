@@ -5,13 +5,17 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from app.answer import ANSWER_DEPTH, NOT_COVERED, Source, extractive_answer, generated_answer
+from app.answer import ANSWER_DEPTH, NOT_COVERED, Source, config_line, extractive_answer
 from app.engine import Engine
+from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
+from app.llm_client import Numbered, citation_problem, messages_for
 from app.query import split_question
 from app.retriever import Hit, SearchResult
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
@@ -20,6 +24,8 @@ from indexer.store import LoadedIndex
 from indexer.text_units import Unit
 
 log = logging.getLogger(__name__)
+
+LLM_PASSAGES = 5  # the passages a generated answer is given (and may cite)
 
 
 def run_stamp(run: dict[str, Any]) -> str:
@@ -116,7 +122,21 @@ def answer_sources(index: LoadedIndex, result: SearchResult) -> tuple[list[Sourc
     return sources, similarities
 
 
-def ask(engine: Engine, request: AskRequest) -> AskResponse:
+@dataclass
+class Prepared:
+    """Everything of a reply but its final answer text: retrieval, passages, snippets, the draft."""
+
+    result: SearchResult
+    covered: bool
+    passages: list[Passage]
+    snippets: list[SnippetOut]
+    sources: list[Source]
+    draft: str  # the extractive answer (or NOT_COVERED): shown as is, or the generated answer's start
+    started: float
+    retrieved: float
+
+
+def prepare(engine: Engine, request: AskRequest) -> Prepared:
     index, retriever = engine.require()
     settings = engine.settings
     t0 = time.perf_counter()
@@ -138,32 +158,83 @@ def ask(engine: Engine, request: AskRequest) -> AskResponse:
             if s is None or (request.checked_only and s.status != "ok"):
                 continue
             snippets.append(snippet_out(s, index.verification.get(sid)))
+    sources: list[Source] = []
     if not covered:
-        answer = NOT_COVERED
+        draft = NOT_COVERED
     else:
         sources, similarities = answer_sources(index, result)
-        answer = ""
-        if settings.llm_url:
-            try:
-                answer = generated_answer(
-                    request.question, sources[:5], url=settings.llm_url, model=settings.llm_model,
-                    api_key=settings.llm_api_key, timeout_s=settings.llm_timeout_s,
-                )
-            except Exception as exc:  # noqa: BLE001 - any endpoint failure falls back to extractive
-                log.warning("LLM endpoint failed, answering extractively: %s", exc)
-        if not answer:
-            answer = extractive_answer(split_question(result.query).ask, sources, similarities)
-            if engine.glossary is not None and has_cjk(request.question):
-                answer = terms_line(engine.glossary, request.question) + answer
-    if covered:
-        answer += version_notes(engine.stale_pages, result.hits, answer, request.question)
-    t2 = time.perf_counter()
+        draft = extractive_answer(split_question(result.query).ask, sources, similarities)
+        if engine.glossary is not None and has_cjk(request.question):
+            draft = terms_line(engine.glossary, request.question) + draft
+        keys = config_line(result.query, draft, engine.config_facts)
+        draft += f"\n{keys}" if keys else ""
+    return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)
+
+
+def finish(engine: Engine, request: AskRequest, prepared: Prepared, answer: str) -> AskResponse:
+    if prepared.covered:
+        answer += version_notes(engine.stale_pages, prepared.result.hits, answer, request.question)
+    t0, t1, t2 = prepared.started, prepared.retrieved, time.perf_counter()
     return AskResponse(
         answer=answer,
-        covered=covered,
-        passages=passages,
-        snippets=snippets,
-        index=index.summary(),
+        covered=prepared.covered,
+        passages=prepared.passages,
+        snippets=prepared.snippets,
+        index=engine.index.summary() if engine.index is not None else {},
         timings_ms={"retrieve": round((t1 - t0) * 1000, 1), "answer": round((t2 - t1) * 1000, 1), "total": round((t2 - t0) * 1000, 1)},
-        query=result.query,
+        query=prepared.result.query,
     )
+
+
+def _llm_messages(request: AskRequest, prepared: Prepared) -> list[dict[str, str]]:
+    shown = [Numbered(s.n, s.title, s.heading, s.text) for s in prepared.sources[:LLM_PASSAGES]]
+    return messages_for(request.question, prepared.draft, shown)
+
+
+def _checked(text: str, prepared: Prepared) -> str:
+    """The generated text when its citations hold, else '' (and the reason logged)."""
+    problem = citation_problem(text, [s.n for s in prepared.sources[:LLM_PASSAGES]])
+    if problem:
+        log.warning("generated answer not used: %s", problem)
+        return ""
+    return text
+
+
+def ask(engine: Engine, request: AskRequest) -> AskResponse:
+    """One reply: the extractive answer, or the generated one when an endpoint is configured and its
+    reply cites only the passages it was given."""
+    prepared = prepare(engine, request)
+    answer = ""
+    if prepared.covered and engine.llm is not None:
+        try:
+            answer = _checked(engine.llm.complete(_llm_messages(request, prepared)), prepared)
+        except UpstreamFailed as exc:
+            log.warning("%s; answering extractively", exc)
+    return finish(engine, request, prepared, answer or prepared.draft)
+
+
+def ask_events(engine: Engine, request: AskRequest) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The same reply as a sequence of events for streaming: `passages` first (passages, snippets,
+    covered), then `delta` pieces of a generated answer as they arrive, `fallback` when it cannot be
+    used (the extractive answer replaces it), and last `answer`, the whole AskResponse."""
+    prepared = prepare(engine, request)
+    yield "passages", {
+        "covered": prepared.covered,
+        "passages": [p.model_dump() for p in prepared.passages],
+        "snippets": [s.model_dump() for s in prepared.snippets],
+        "query": prepared.result.query,
+    }
+    answer = ""
+    if prepared.covered and engine.llm is not None:
+        parts: list[str] = []
+        problem = ""
+        try:
+            for delta in engine.llm.stream(_llm_messages(request, prepared)):
+                parts.append(delta)
+                yield "delta", {"text": delta}
+        except UpstreamFailed as exc:
+            problem = str(exc)
+        answer = "" if problem else _checked("".join(parts).strip(), prepared)
+        if not answer:
+            yield "fallback", {"reason": problem or "the generated answer's citations did not check out", "answer": prepared.draft}
+    yield "answer", finish(engine, request, prepared, answer or prepared.draft).model_dump()

@@ -10,17 +10,20 @@ import logging
 from dataclasses import dataclass
 from functools import cached_property
 
+import httpx
 from threadpoolctl import threadpool_limits
 
 from app.coverage import load_abstention
 from app.errors import IndexNotReady, IndexUnusable
 from app.glossary import Glossary
 from app.linear_model import LinearModel
+from app.llm_client import LlmClient
 from app.ranking import load_ranker
 from app.retriever import HybridRetriever, RetrievalOptions, Retriever
 from app.settings import Settings
 from indexer.documents import Snippet
 from indexer.embedder import Embedder, make_embedder
+from indexer.package_source import key_facts
 from indexer.store import IndexError_, LoadedIndex, load_index
 
 log = logging.getLogger(__name__)
@@ -38,11 +41,21 @@ class Engine:
     retriever: Retriever | None
     problem: str = ""  # why the index is not loaded, when it is not
     glossary: Glossary | None = None  # Chinese -> English terms (the answer names the ones it used)
+    llm: LlmClient | None = None  # the generation endpoint, when DSQA_LLM_URL is set
 
     def require(self) -> tuple[LoadedIndex, Retriever]:
         if self.index is None or self.retriever is None:
             raise IndexNotReady(self.problem or "the index is not loaded yet; build it with `dsqa index` or wait for start-up")
         return self.index, self.retriever
+
+    @cached_property
+    def config_facts(self) -> dict[str, tuple[str, str]]:
+        """Config key -> (type, default), read from the index's config passages (computed once)."""
+        facts: dict[str, tuple[str, str]] = {}
+        for chunk in self.index.chunks if self.index is not None else ():
+            if chunk.source == "config":
+                facts.update(key_facts(chunk.text))
+        return facts
 
     @cached_property
     def stale_pages(self) -> dict[str, Snippet]:
@@ -78,8 +91,16 @@ def _for_encoder(name: str, model: LinearModel | None, encoder: str) -> LinearMo
     return model
 
 
-def load_engine(settings: Settings, embedder: Embedder | None = None) -> Engine:
-    """Load the index and the model; an unusable index gives an engine that is not ready."""
+def llm_client(settings: Settings, http: httpx.Client | None = None) -> LlmClient | None:
+    if not settings.llm_url:
+        return None
+    return LlmClient(settings.llm_url, settings.llm_model, api_key=settings.llm_api_key,
+                     timeout_s=settings.llm_timeout_s, http=http)
+
+
+def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: httpx.Client | None = None) -> Engine:
+    """Load the index and the model; an unusable index gives an engine that is not ready.
+    `llm_http`: the client the generation endpoint is called with (tests pass a mock transport)."""
     try:
         index = load_index(settings.index_dir)
     except IndexError_ as exc:
@@ -101,4 +122,4 @@ def load_engine(settings: Settings, embedder: Embedder | None = None) -> Engine:
     )
     if retriever.options.ranker is not None:
         _ = retriever.terms  # the ranker's per-chunk terms: built at load, not on the first question
-    return Engine(settings=settings, index=index, retriever=retriever, glossary=glossary)
+    return Engine(settings=settings, index=index, retriever=retriever, glossary=glossary, llm=llm_client(settings, llm_http))

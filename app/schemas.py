@@ -18,6 +18,7 @@ class AskRequest(BaseModel):
     topic: str | None = Field(default=None, max_length=64, description="Only passages of this topic (e.g. zero, pipeline).")
     source: str | None = Field(default=None, pattern="^(docs|api|config|notes)$", description="Only passages from this source.")
     checked_only: bool = Field(default=False, description="Only return snippets whose static check passed.")
+    stream: bool = Field(default=False, description="Reply as server-sent events: passages, answer deltas, the final reply.")
 
     @field_validator("question")
     @classmethod

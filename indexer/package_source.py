@@ -208,6 +208,15 @@ def describe_key(key: ConfigKey, prose: dict[str, str]) -> str:
     return text
 
 
+KEY_FACTS = re.compile(r"^`([\w.\-]+)` \(type ([^;]+); default ([^;\n]*?)[;)]", re.M)
+
+
+def key_facts(text: str) -> dict[str, tuple[str, str]]:
+    """Path -> (type, default) of every key a config passage describes (the lines `describe_key`
+    writes), so the service reads the catalogue from its index without importing deepspeed."""
+    return {m.group(1): (m.group(2), m.group(3)) for m in KEY_FACTS.finditer(text)}
+
+
 def read_config_catalogue(docs_root: Path | None) -> list[Document]:
     """One document per top-level section; each key a block, so a chunk holds a key group."""
     version = deepspeed_version()

@@ -8,7 +8,7 @@ from collections import Counter
 
 import numpy as np
 
-from app.answer import NOT_COVERED, Source, extractive_answer
+from app.answer import NOT_COVERED, Source, about_other_option, config_line, extractive_answer, keys_named
 from app.ask import terms_line, version_notes
 from app.coverage import COVERAGE_FEATURES, coverage_features
 from app.engine import retrieval_options
@@ -103,6 +103,41 @@ def test_composed_answer_leads_with_the_best_unit_and_reads_on() -> None:
     assert extractive_answer("anything", []) == NOT_COVERED
     sims = np.array([0.0, 0.0, 0.0, 0.9])  # the encoder prefers the second source's unit
     assert extractive_answer("how does stage 3 partition the parameters", [first, second], sims).startswith("Offloading the optimizer")
+
+
+def test_a_lead_about_a_sibling_option_loses_to_one_that_matches() -> None:
+    assert about_other_option("does bf16 need loss scaling?", "FP16 training uses dynamic loss scaling.")
+    assert not about_other_option("does bf16 need loss scaling?", "bf16 needs no loss scaling, unlike fp16.")
+    assert about_other_option("offload to NVMe in ZeRO-3", "Stage 2 supports CPU offload.")
+    assert not about_other_option("fp16 or bf16 for training?", "fp16 uses loss scaling.")  # both asked: no guard
+    fp16 = Source(1, "Mixed precision", "FP16", "FP16 training keeps a dynamic loss scale to avoid gradient underflow in half precision.")
+    bf16 = Source(2, "Mixed precision", "BF16", "Training with bfloat16 keeps full range, so no scaling of the loss is required.")
+    sims = np.array([0.6, 0.5])  # the encoder alone would lead with the fp16 sentence
+    answer = extractive_answer("does bf16 training need loss scaling", [fp16, bf16], sims)
+    assert answer.startswith("Training with bfloat16") and "FP16 training" not in answer.split("[2]")[0]
+
+
+def test_config_line_names_the_keys_with_type_and_default() -> None:
+    facts = {"zero_optimization": ("dict", "{}"), "zero_optimization.stage": ("ZeroStageEnum", "0"),
+             "zero_optimization.offload_optimizer.device": ("OffloadDeviceEnum", "'none'"),
+             "zero_optimization.offload_param.device": ("OffloadDeviceEnum", "'none'"),
+             "zero_optimization.offload_optimizer.pin_memory": ("bool", "False"),
+             "gradient_accumulation_steps": ("int", "1")}
+    assert keys_named("set offload_optimizer.device and gradient_accumulation_steps", facts) == [
+        "zero_optimization.offload_optimizer.device", "gradient_accumulation_steps"]
+    assert keys_named("what is zero_optimization and device", facts) == []  # a section and an ambiguous leaf
+    line = config_line("how to pin memory with pin_memory", "Use `zero_optimization.stage` 3 [1]", facts)
+    assert line == "Config: `zero_optimization.offload_optimizer.pin_memory` (bool, default False); `zero_optimization.stage` (ZeroStageEnum, default 0)."
+    assert config_line("q", "`gradient_accumulation_steps` (int, default 1): steps [1]", facts) == ""  # already quoted
+
+
+def test_key_facts_read_back_what_the_catalogue_writes() -> None:
+    from indexer.config_catalogue import ConfigKey
+    from indexer.package_source import describe_key, key_facts
+
+    keys = [ConfigKey("a.b_c", "int", "4", "doc text", aliases=("b_c",)), ConfigKey("a.d", "bool", "False", "")]
+    text = "\n\n".join(describe_key(k, {}) for k in keys)
+    assert key_facts(text) == {"a.b_c": ("int", "4"), "a.d": ("bool", "False")}
 
 
 def test_version_note_only_on_a_cited_page_whose_failing_code_the_question_names() -> None:

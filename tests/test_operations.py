@@ -114,6 +114,12 @@ def test_compose_file_has_a_gpu_runner() -> None:
     assert {"api", "indexer", "runner"} <= set(compose["services"])
 
 
+def test_compose_llm_profile_is_optional_and_wired_to_the_api() -> None:
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    assert compose["services"]["llm"]["profiles"] == ["llm"]  # not started by a plain `up`
+    assert any(str(e).startswith("DSQA_LLM_URL=") for e in compose["services"]["api"]["environment"])
+
+
 def test_docker_compose_config_validates() -> None:
     binary = shutil.which("docker-compose")
     if binary is None:
