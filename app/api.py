@@ -15,10 +15,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from app.ask import ask, ask_events
+from app.background_verify import BackgroundVerify
 from app.engine import Engine, load_engine
 from app.errors import DsqaError, IndexNotReady, InvalidInput, to_reply
 from app.mcp_server import mount_mcp
-from app.metrics import mount_metrics, set_index_chunks
+from app.metrics import mount_metrics, set_index_chunks, set_verify_progress
 from app.schemas import AskRequest, AskResponse
 from app.settings import Settings
 from app.slack_bot import mount_slack
@@ -47,8 +48,15 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         else:
             app.state.engine = engine
         set_index_chunks(len(app.state.engine.index.chunks) if app.state.engine.index is not None else 0)
+        verifier = None
+        if settings.verify_in_background and app.state.engine.index is not None:
+            verifier = BackgroundVerify(app.state.engine.index.path, timeout_s=settings.verify_timeout_s)
+            verifier.start()
+        app.state.verifier = verifier
         async with app.state.mcp.session_manager.run():  # the streamable HTTP transport at /mcp
             yield
+        if verifier is not None:
+            verifier.stop()
         if app.state.engine.llm is not None:
             app.state.engine.llm.close()
 
@@ -82,7 +90,12 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         eng: Engine | None = getattr(request.app.state, "engine", None)
         if eng is None or eng.index is None:
             return JSONResponse(status_code=503, content={"status": "not ready", "reason": "index not loaded"})
-        return JSONResponse(status_code=200, content={"status": "ready", "index": eng.index.summary()})
+        body: dict[str, Any] = {"status": "ready", "index": eng.index.summary()}
+        verifier: BackgroundVerify | None = getattr(request.app.state, "verifier", None)
+        if verifier is not None:
+            body["verification"] = progress = verifier.progress()
+            set_verify_progress(int(progress.get("done", 0)), int(progress.get("total", 0)))
+        return JSONResponse(status_code=200, content=body)
 
     @app.post("/ask", response_model=AskResponse, tags=["ask"])
     async def ask_route(body: AskRequest, request: Request) -> AskResponse | StreamingResponse:

@@ -20,6 +20,7 @@ from app.query import split_question
 from app.retriever import Hit, SearchResult
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
 from indexer.documents import Snippet
+from indexer.snippet_status import CHECKED, LABELS, RAN, SHOW_ORDER, verdict
 from indexer.store import LoadedIndex
 from indexer.text_units import Unit
 
@@ -28,39 +29,20 @@ log = logging.getLogger(__name__)
 LLM_PASSAGES = 5  # the passages a generated answer is given (and may cite)
 
 
-def run_stamp(run: dict[str, Any]) -> str:
-    """A ledger row (`dsqa verify`) as words: 'ran ok on cpu, deepspeed 0.19.8, 2026-12-01'."""
-    device = str(run.get("device") or "?").split(" (")[0]
-    where = f"on {device}, deepspeed {run.get('deepspeed') or '?'}, {str(run.get('time') or '')[:10]}".rstrip(", ")
-    status = run.get("status")
-    if status == "passed":
-        return f"ran ok {where}"
-    if status == "skipped":
-        return f"not run {where}: {run.get('reason', '')}"[:200]
-    return f"run {status} {where}: {run.get('reason', '')}"[:200]
-
-
-def stamp(snippet: Snippet, run: dict[str, Any] | None = None) -> str:
-    if run and run.get("status") in ("passed", "failed", "timeout", "killed"):
-        return run_stamp(run)
-    if snippet.status == "ok" and snippet.checked_with:
-        return f"checked ok against deepspeed {snippet.checked_with}"
-    if snippet.status in {"failed", "fragment", "not_checkable"} and snippet.checked_with:
-        return f"{snippet.status} against deepspeed {snippet.checked_with}"
-    return "not checked"
-
-
 def snippet_out(s: Snippet, run: dict[str, Any] | None = None) -> SnippetOut:
+    """A snippet as every front end shows it: the one status vocabulary and words saying what was
+    done to it (`indexer/snippet_status.verdict`)."""
+    shown = verdict(s.status, s.reason, s.checked_with, run)
     return SnippetOut(
         id=s.id, language=s.language, kind=s.kind, code=s.code, source_url=s.source_url,
-        status=s.status, reason=s.reason, stamp=stamp(s, run), requires=list(s.requires), chunk_id=s.chunk_id,
+        status=shown.status, label=LABELS[shown.status], reason=s.reason, stamp=shown.words,
+        requires=list(s.requires), chunk_id=s.chunk_id,
     )
 
 
 def best_snippets(snippets: list[SnippetOut], n: int) -> list[SnippetOut]:
-    """The n snippets most worth showing: checked ones first, then in retrieval order."""
-    order = {"ok": 0, "passed": 0, "fragment": 1, "not_checkable": 2, "unchecked": 2, "failed": 3}
-    return sorted(snippets, key=lambda s: order.get(s.status, 2))[:n]
+    """The n snippets most worth showing: ran, then checked, then the rest, in retrieval order."""
+    return sorted(snippets, key=lambda s: SHOW_ORDER.get(s.status, 3))[:n]
 
 
 _POINTER = re.compile(r"^/[\w/]*:\s*")
@@ -139,6 +121,7 @@ class Prepared:
 def prepare(engine: Engine, request: AskRequest) -> Prepared:
     index, retriever = engine.require()
     settings = engine.settings
+    index.refresh_verification()  # runs land while the service serves (background verify)
     t0 = time.perf_counter()
     result = retriever.search(request.question, request.k, topic=request.topic, source=request.source)
     t1 = time.perf_counter()
@@ -155,9 +138,11 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     for h in result.hits:
         for sid in h.chunk.snippet_ids:
             s = index.snippets.get(sid)
-            if s is None or (request.checked_only and s.status != "ok"):
+            if s is None:
                 continue
-            snippets.append(snippet_out(s, index.verification.get(sid)))
+            shown = snippet_out(s, index.verification.get(sid))
+            if not request.checked_only or shown.status in (RAN, CHECKED):
+                snippets.append(shown)
     sources: list[Source] = []
     if not covered:
         draft = NOT_COVERED

@@ -117,6 +117,8 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
             )
         ns = argparse.Namespace(out=settings.index_dir, docs=docs_dir, quiet=False, json=False)
         cmd_index(ns, settings)
+    if not getattr(args, "no_verify", False):
+        settings = settings.model_copy(update={"verify_in_background": True})
     return cmd_serve(argparse.Namespace(index=None, host=args.host, port=args.port), settings)
 
 
@@ -229,7 +231,7 @@ def cmd_snippets_report(args: argparse.Namespace, settings: Settings) -> int:
 
     index = load_index(args.index or settings.index_dir)
     snippets = list(index.snippets.values())
-    failing = [s for s in snippets if s.status == "failed" and s.path.startswith(("docs/", "blogs/", "README"))]
+    failing = [s for s in snippets if s.status == "fails" and s.path.startswith(("docs/", "blogs/", "README"))]
     by_kind = dict(Counter(s.kind for s in snippets))
     by_status = dict(Counter(s.status for s in snippets))
     report: dict[str, Any] = {
@@ -285,9 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--index", type=Path)
     s.set_defaults(fn=cmd_mcp)
 
-    s = sub.add_parser("up", help="build the index on first run, then serve")
+    s = sub.add_parser("up", help="build the index on first run, serve, and run the snippets in the background")
     s.add_argument("--host")
     s.add_argument("--port", type=int)
+    s.add_argument("--no-verify", action="store_true", help="do not run the snippets in the background")
     s.set_defaults(fn=cmd_up)
 
     s = sub.add_parser("ask", help="ask one question")

@@ -24,6 +24,7 @@ from app.settings import Settings
 from indexer.documents import Snippet
 from indexer.embedder import Embedder, make_embedder
 from indexer.package_source import key_facts
+from indexer.snippet_status import FAILS
 from indexer.store import IndexError_, LoadedIndex, load_index
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class Engine:
         """Page path -> one of its snippets that the installed deepspeed rejects (computed once)."""
         stale: dict[str, Snippet] = {}
         for s in self.index.snippets.values() if self.index is not None else ():
-            if s.status == "failed" and any(m in s.reason for m in _STALE):
+            if s.status == FAILS and any(m in s.reason for m in _STALE):
                 stale.setdefault(s.path, s)
         return stale
 

@@ -76,8 +76,8 @@ def _code_block(s: SnippetOut, max_lines: int = SNIPPET_LINES) -> str:
 
 
 def _snippet_md(s: SnippetOut, max_lines: int = SNIPPET_LINES) -> str:
-    why = f" — {s.reason}" if s.reason and s.status != "ok" else ""
-    return f"**Snippet `{s.id}`** ({s.kind}; {s.stamp}{why}) from <{s.source_url}>\n{_code_block(s, max_lines)}"
+    why = f" — {s.reason}" if s.reason and s.status not in ("ran", "checked") and s.reason not in s.stamp else ""
+    return f"**Snippet `{s.id}`** ({s.kind}; **{s.label or s.status}**: {s.stamp}{why}) from <{s.source_url}>\n{_code_block(s, max_lines)}"
 
 
 def _footer(resp: AskResponse) -> str:

@@ -37,6 +37,15 @@ def record_runner_result(status: str) -> None:
     RUNNER_RESULTS.labels(status=status if status in RUNNER_STATUSES else "other").inc()
 
 
+VERIFY_DONE = Gauge("dsqa_verify_snippets_done", "Snippets the background verify run has finished.")
+VERIFY_TOTAL = Gauge("dsqa_verify_snippets_total", "Snippets the background verify run will run.")
+
+
+def set_verify_progress(done: int, total: int) -> None:
+    VERIFY_DONE.set(done)
+    VERIFY_TOTAL.set(total)
+
+
 def set_index_chunks(n: int) -> None:
     INDEX_CHUNKS.set(n)
 
@@ -85,4 +94,8 @@ def mount_metrics(app: FastAPI) -> None:
 
     @app.get("/metrics", tags=["operations"], include_in_schema=False)
     async def metrics(request: Request) -> Response:
+        verifier = getattr(request.app.state, "verifier", None)  # app/background_verify.py, under `dsqa up`
+        if verifier is not None:
+            progress = verifier.progress()
+            set_verify_progress(int(progress.get("done", 0)), int(progress.get("total", 0)))
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

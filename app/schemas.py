@@ -17,7 +17,7 @@ class AskRequest(BaseModel):
     k: int = Field(default=5, ge=1, le=MAX_K, description="How many passages to return.")
     topic: str | None = Field(default=None, max_length=64, description="Only passages of this topic (e.g. zero, pipeline).")
     source: str | None = Field(default=None, pattern="^(docs|api|config|notes)$", description="Only passages from this source.")
-    checked_only: bool = Field(default=False, description="Only return snippets whose static check passed.")
+    checked_only: bool = Field(default=False, description="Only return snippets that ran or whose static check passed.")
     stream: bool = Field(default=False, description="Reply as server-sent events: passages, answer deltas, the final reply.")
 
     @field_validator("question")
@@ -45,9 +45,10 @@ class SnippetOut(BaseModel):
     kind: str
     code: str
     source_url: str
-    status: str
-    reason: str = ""
-    stamp: str = ""  # the static check, or the latest real run from `dsqa verify` when there is one
+    status: str  # ran | checked | template | fails | not_checked (indexer/snippet_status.py)
+    label: str = ""  # the status in words: "ran", "checked", "not checked"...
+    reason: str = ""  # the static check's reason
+    stamp: str = ""  # what was done to it: the latest real run, or the static check
     requires: list[str] = []  # the notes' requires= tags (gpu, multi-gpu, nvme...)
     chunk_id: str = ""  # the passage the snippet came from
 

@@ -60,5 +60,8 @@ class Settings(BaseSettings):
         default=None, repr=False, validation_alias=AliasChoices("DSQA_SLACK_BOT_TOKEN", "slack_bot_token")
     )
     slack_api_url: str = "https://slack.com/api/"  # the Web API base (tests point it at a local server)
+    # `dsqa up` runs every snippet in the background after it serves (`--no-verify` turns it off)
+    verify_in_background: bool = False
+    verify_timeout_s: float = 120.0  # per snippet
     mcp_max_words: int = 1500  # word budget of one MCP tool reply
     log_json: bool = True  # one JSON line per request (route, status, duration) on the dsqa.access logger

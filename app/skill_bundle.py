@@ -21,6 +21,7 @@ from indexer.config_catalogue import ConfigKey, build_catalogue, deepspeed_versi
 from indexer.docs_source import read_notes_dir
 from indexer.documents import Document, Snippet, content_hash
 from indexer.package_source import describe_key
+from indexer.snippet_status import CHECKED, LABELS, RAN, Verdict, verdict
 
 NAME = "deepspeed-expert"
 DESCRIPTION = (
@@ -29,7 +30,6 @@ DESCRIPTION = (
     "the deepspeed launcher and hostfiles, HF Trainer integration, memory estimates and common errors. "
     "Facts and config keys are checked against deepspeed {version}."
 )
-PASSED = {"ok", "passed"}
 
 
 @dataclass(frozen=True)
@@ -44,14 +44,14 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "general"
 
 
-def _verified(code: str, statuses: dict[str, Snippet], runs: dict[str, dict[str, Any]]) -> bool:
-    """A run that passed (`dsqa verify`) wins; a snippet never run counts when its static check is ok."""
+def _verdict(code: str, statuses: dict[str, Snippet], runs: dict[str, dict[str, Any]]) -> Verdict | None:
+    """The snippet's status in the one vocabulary when it ran or checked clean, else None (dropped)."""
     sid = content_hash(code, length=12)
-    run = runs.get(sid)
-    if run is not None:
-        return run.get("status") == "passed"
     snippet = statuses.get(sid)
-    return snippet is not None and snippet.status in PASSED
+    if snippet is None:
+        return None
+    shown = verdict(snippet.status, snippet.reason, snippet.checked_with, runs.get(sid))
+    return shown if shown.status in (RAN, CHECKED) else None
 
 
 def _render_note(doc: Document, statuses: dict[str, Snippet], runs: dict[str, dict[str, Any]], version: str) -> tuple[str, int, int]:
@@ -63,9 +63,9 @@ def _render_note(doc: Document, statuses: dict[str, Snippet], runs: dict[str, di
         for block in section.blocks:
             if block.kind == "text":
                 lines += [block.text, ""]
-            elif _verified(block.text, statuses, runs):
+            elif (shown := _verdict(block.text, statuses, runs)) is not None:
                 kept += 1
-                lines += [f"```{block.language}", block.text, "```", f"<sub>verified against deepspeed {version}</sub>", ""]
+                lines += [f"```{block.language}", block.text, "```", f"<sub>{LABELS[shown.status]}: {shown.words}</sub>", ""]
             else:
                 dropped += 1
     sources = doc.meta.get("sources") or []
@@ -129,7 +129,7 @@ def export_skill(out: Path, notes_dir: Path, snippets: dict[str, Snippet], runs:
             "# DeepSpeed expert",
             "",
             f"Practical guidance for DeepSpeed {version}. Read the reference for the topic at hand before writing",
-            "code or a ds_config; every snippet there was verified against that version.",
+            "code or a ds_config; every snippet there ran or was checked statically against that version (each says which).",
             "",
             "## How to use",
             "",

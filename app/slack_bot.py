@@ -74,7 +74,7 @@ def answer_blocks(question: str, resp: AskResponse) -> tuple[list[dict[str, Any]
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{code}```"}})
         blocks.append({
             "type": "context",
-            "elements": [{"type": "mrkdwn", "text": f"`{s.id}` · {s.kind} · {escape(s.stamp)} · <{s.source_url}|source>"}],
+            "elements": [{"type": "mrkdwn", "text": f"`{s.id}` · {s.kind} · *{escape(s.label or s.status)}*: {escape(s.stamp)} · <{s.source_url}|source>"}],
         })
     idx = resp.index or {}
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"dsqa · deepspeed {idx.get('deepspeed_version') or '?'}"}]})

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
+from indexer.snippet_status import write_progress
 
 KINDS = ("ds_config", "python", "launcher", "hostfile")
 
@@ -42,6 +43,13 @@ def cmd_run_snippet(args: argparse.Namespace, settings: Any) -> int:
     return 0  # whatever the snippet did
 
 
+def _progress_writer(path: Path | None) -> Any:
+    if path is None:
+        return None
+    write_progress(path, "running", 0, 0)
+    return lambda result, done, total: write_progress(path, "running", done, total, last=result.id)
+
+
 def cmd_verify(args: argparse.Namespace, settings: Any) -> int:
     from eval.runner import make_runner
     from eval.verify import verify_index
@@ -50,16 +58,22 @@ def cmd_verify(args: argparse.Namespace, settings: Any) -> int:
     runner = make_runner(args.runner)
     report = verify_index(
         index_dir, runner, only=args.only, gpu_only=args.gpu_only, timeout_s=args.timeout, memory_mb=args.memory_mb,
-        concurrency=args.concurrency, budget_s=args.budget, limit=args.limit,
+        concurrency=args.concurrency, budget_s=args.budget, limit=args.limit, progress=not args.quiet,
+        skip_done=args.skip_done, on_result=_progress_writer(args.progress_file),
     )
+    if args.progress_file:
+        write_progress(args.progress_file, "done", report["total"], report["total"], verdicts=report["verdicts"])
     if args.json:
         _print_json(report)
     else:
         print(f"{report['total']} snippets: " + ", ".join(f"{k} {v}" for k, v in sorted(report["by_status"].items())))
         for kind, counts in sorted(report["by_kind"].items()):
             print(f"  {kind}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(report["verdicts"].items())))
         for reason, n in report["top_failure_reasons"]:
-            print(f"  {n}x {reason}")
+            print(f"  fails {n}x {reason}")
+        for reason, n in report["harness_and_environment"]:
+            print(f"  not tested {n}x {reason}")
         print(f"ledger: {report['ledger']}")
     return 0
 
@@ -120,6 +134,9 @@ def add_runner_commands(sub: Any, ev: Any) -> None:
     s.add_argument("--concurrency", type=int, default=1)
     s.add_argument("--budget", type=float, help="stop starting snippets after this many seconds (the rest: skipped)")
     s.add_argument("--limit", type=int, help="at most this many snippets")
+    s.add_argument("--skip-done", action="store_true", help="leave out snippets already run with the installed deepspeed")
+    s.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    s.add_argument("--progress-file", type=Path, help="keep {state, done, total} in this JSON file (the service reads it)")
     _limits(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_verify)

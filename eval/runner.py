@@ -26,6 +26,7 @@ from eval.executors import (
     prepare,
     unmet,
 )
+from eval.failure_blame import blame_failure
 from eval.sandbox import free_port, run_sandboxed, scrub_env
 from indexer.documents import Snippet, content_hash
 
@@ -79,6 +80,8 @@ class RunResult:
     torch: str = ""
     deepspeed: str = ""
     runner: str = "local"
+    blame: str = ""  # for a run that did not pass: snippet | harness | environment (eval/failure_blame.py)
+    blame_why: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -209,6 +212,9 @@ class LocalRunner:
             base.status, base.reason = "failed", failure_reason(box.stderr, box.stdout)
             if prepared.expect_unknown_keys:
                 base.reason = (base.reason[:250] + " || static check: " + "; ".join(prepared.expect_unknown_keys[:2]))[:600]
+        if base.status in ("failed", "timeout", "killed"):
+            blame = blame_failure(request.kind, request.code, base.status, base.reason, base.stderr)
+            base.blame, base.blame_why = blame.party, blame.why
         return base
 
     def run_many(self, requests: Sequence[RunRequest], concurrency: int = 1) -> list[RunResult]:

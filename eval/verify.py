@@ -7,19 +7,22 @@ atomically (temp file + rename): status, reason, device, torch and deepspeed ver
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
+import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from eval.runner import RunRequest, RunResult, SnippetRunner, runnable
+from indexer.config_catalogue import deepspeed_version
 from indexer.documents import Snippet
-from indexer.store import LEDGER, load_index, read_ledger
+from indexer.snippet_status import BLAME_SNIPPET, LEDGER, write_ledger_rows
+from indexer.store import load_index
 
 log = logging.getLogger(__name__)
 GPU_REQUIREMENTS = ("gpu", "cuda", "fp16", "nccl", "gds", "multi-gpu")
@@ -43,26 +46,21 @@ def ledger_row(result: RunResult) -> dict[str, Any]:
         "id": result.id, "kind": result.kind, "status": result.status, "reason": result.reason[:500],
         "device": result.device, "torch": result.torch, "deepspeed": result.deepspeed, "runner": result.runner,
         "duration_s": result.duration_s, "time": datetime.now(UTC).isoformat(timespec="seconds"),
-        "adaptations": result.adaptations,
+        "adaptations": result.adaptations, "blame": result.blame, "blame_why": result.blame_why,
     }
 
 
 def write_ledger(index_dir: Path, results: list[RunResult]) -> Path:
-    """Merge these results into the ledger (latest wins) and swap the file in atomically."""
-    rows = read_ledger(index_dir)
-    for r in results:
-        rows[r.id] = ledger_row(r)
-    path = Path(index_dir) / LEDGER
-    fd, tmp = tempfile.mkstemp(prefix=".verification-", suffix=".jsonl", dir=index_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows.values():
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Merge these results into the ledger (latest wins), swapped in atomically."""
+    return write_ledger_rows(Path(index_dir), [ledger_row(r) for r in results])
+
+
+def _verdict_of(r: RunResult) -> str:
+    if r.status == "passed":
+        return "ran"
+    if r.status == "skipped":
+        return "skipped"
+    return "fails" if r.blame == BLAME_SNIPPET else f"not tested ({r.blame})"
 
 
 def summarise_runs(results: list[RunResult]) -> dict[str, Any]:
@@ -70,13 +68,16 @@ def summarise_runs(results: list[RunResult]) -> dict[str, Any]:
     for r in results:
         by_kind.setdefault(r.kind, {}).setdefault(r.status, 0)
         by_kind[r.kind][r.status] += 1
-    failures = Counter(r.reason[:160] for r in results if r.status in ("failed", "timeout", "killed"))
+    failures = Counter(r.reason[:160] for r in results if r.status in ("failed", "timeout", "killed") and r.blame == BLAME_SNIPPET)
+    not_tested = Counter(f"{r.blame}: {r.blame_why}"[:160] for r in results if r.status in ("failed", "timeout", "killed") and r.blame != BLAME_SNIPPET)
     skips = Counter(r.reason.split(";")[0][:120] for r in results if r.status == "skipped")
     return {
         "total": len(results),
         "by_status": dict(Counter(r.status for r in results)),
         "by_kind": by_kind,
+        "verdicts": dict(Counter(_verdict_of(r) for r in results)),
         "top_failure_reasons": failures.most_common(10),
+        "harness_and_environment": not_tested.most_common(10),
         "top_skip_reasons": skips.most_common(10),
     }
 
@@ -92,13 +93,24 @@ def verify_index(
     concurrency: int = 1,
     budget_s: float | None = None,
     limit: int | None = None,
+    progress: bool = False,
+    skip_done: bool = False,
+    on_result: Callable[[RunResult, int, int], None] | None = None,
 ) -> dict[str, Any]:
+    """Run the chosen snippets, writing each batch's rows to the ledger as they land (so a serving
+    index shows them at once). `skip_done`: leave out snippets the ledger already has a run of
+    with the installed deepspeed. `on_result(result, done, total)` is told of every result."""
     index = load_index(Path(index_dir), verify=False)
-    chosen = select(list(index.snippets.values()), only, gpu_only=gpu_only)[: limit or None]
+    chosen = select(list(index.snippets.values()), only, gpu_only=gpu_only)
+    if skip_done:
+        version = deepspeed_version()
+        chosen = [s for s in chosen if index.verification.get(s.id, {}).get("deepspeed") != version]
+    chosen = chosen[: limit or None]
     requests = [RunRequest.from_snippet(s, timeout_s=timeout_s, memory_mb=memory_mb) for s in chosen]
     t0 = time.monotonic()
     results: list[RunResult] = []
     batch = max(1, concurrency)
+    bar = tqdm(total=len(requests), desc="verifying snippets", unit="snippet", file=sys.stderr, disable=not progress)
     for i in range(0, len(requests), batch):  # batches, so a time budget can stop between them
         if budget_s is not None and time.monotonic() - t0 > budget_s:
             results += [RunResult(status="skipped", reason=f"time budget of {budget_s:g} s spent before it ran", id=r.id, kind=r.kind, runner=runner.name)
@@ -108,8 +120,12 @@ def verify_index(
         for r in done:
             log.info("%d/%d %s %s %s %.1fs %s", len(results) + 1, len(requests), r.id, r.kind, r.status, r.duration_s, r.reason[:120])
             results.append(r)
-    ran = [r for r in results if "time budget" not in r.reason]
-    write_ledger(Path(index_dir), ran)
+            bar.update(1)
+            bar.set_postfix_str(f"{r.kind} {r.status}")
+            if on_result is not None:
+                on_result(r, len(results), len(requests))
+        write_ledger(Path(index_dir), [r for r in done if r.status != "skipped" or "time budget" not in r.reason])
+    bar.close()
     out = summarise_runs(results)
     out["ledger"] = str(Path(index_dir) / LEDGER)
     out["results"] = [

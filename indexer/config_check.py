@@ -33,7 +33,7 @@ _ANCHORS = {
     "gradient_clipping": "gradient-clipping",
 }
 # free-form blocks whose inner keys DeepSpeed passes on without a schema
-_FREE_FORM = {"optimizer", "scheduler", "optimizer.params", "scheduler.params", "autotuning", "data_efficiency", "aio", "activation_checkpointing", "flops_profiler"}
+_FREE_FORM = {"optimizer", "scheduler", "optimizer.params", "scheduler.params", "autotuning", "data_efficiency", "activation_checkpointing", "flops_profiler"}
 CPU_OFFLOAD_OPTIMIZERS = {"adam", "adamw", "adagrad", "lion"}
 
 

@@ -99,7 +99,7 @@ class Snippet:
     source_url: str
     path: str
     requires: tuple[str, ...] = ()
-    status: str = "unchecked"  # ok | failed | fragment | not_checkable | unchecked
+    status: str = "not_checked"  # indexer/snippet_status.py: checked | template | fails | not_checked
     reason: str = ""
     checked_with: str = ""  # deepspeed version the static check ran against
 

@@ -107,10 +107,18 @@ def _source_url(obj: Any, version: str) -> str:
     return GITHUB_SRC.format(version=version, path=rel, line=line)
 
 
+_DIRECTIVE = re.compile(r"^\s*\.\. (?:code-block|code|sourcecode)::")
+
+
 def _doc_blocks(doc: str) -> list[Block]:
     """A docstring as prose paragraphs; indented example blocks stay whole as code."""
     blocks: list[Block] = []
     for para in re.split(r"\n\s*\n", inspect.cleandoc(doc)):
+        if _DIRECTIVE.match(para):  # `.. code-block:: python` and its `:option:` lines are markup, not code
+            lines = para.splitlines()[1:]
+            while lines and re.match(r"^\s*:[\w-]+:", lines[0]):
+                lines.pop(0)
+            para = "\n".join(lines)
         if not para.strip():
             continue
         lines = para.splitlines()

@@ -1,33 +1,42 @@
-"""Static checks of snippets against the installed deepspeed.
+"""Static checks of snippets against the installed deepspeed, in the vocabulary of
+`indexer/snippet_status.py` (checked | template | fails | not_checked).
 
-ds_config: parsed (JSON, JSON with comments or trailing commas, Python dict literals), fragments
-merged into a minimal base, validated by `config_check`. python: parsed with ast and every
-`deepspeed.` import and attribute chain resolved in the installed package. launcher: `deepspeed`
-lines parsed by DeepSpeed's own launcher parser. hostfile: `host slots=N` lines.
+ds_config: parsed (JSON, JSON with comments or trailing commas, Python dict literals; an excerpt
+without outer braces is wrapped), fragments merged into a minimal base, validated by
+`config_check`; text that is neither JSON nor a dict fails with the fix. python:
+`indexer/python_check.py` (names resolve, calls bind). launcher: `deepspeed` lines parsed by
+DeepSpeed's own launcher parser, placeholders make a template. hostfile: `host slots=N` lines.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
-import importlib
 import io
 import json
 import re
 import shlex
-import textwrap
-from collections.abc import Iterable
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
 from indexer.config_catalogue import deepspeed_version
-from indexer.config_check import validate_config
+from indexer.config_check import keys_by_path, validate_config
 from indexer.documents import Snippet
+from indexer.python_check import check_python
+from indexer.snippet_status import CHECKED, FAILS, NOT_CHECKED, TEMPLATE
 
 _BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu")
-_PLACEHOLDER = re.compile(r"\.\.\.|…|<[A-Za-z_ ]+>|\bYOUR_\w+")
-_LAUNCH_PLACEHOLDER = re.compile(r"<[^>]+>|\$\{?\w+\}?")  # <num_gpus>, $NNODES, ${N}
+_PLACEHOLDER = re.compile(r"\.\.\.|…|<[A-Za-z_ ]+>|\bYOUR_\w+|\[[\w\-]+(?:\|[\w\-]+)+\]")  # [true|false]: pick one
+# a bare name where a value goes (`"shape": [q_size, -1]`, `"model_parallel_size": MP_SIZE`)
+_BARE_NAME = re.compile(r"(?<=[:\[,])\s*(?!(?:true|false|null|True|False|None)\b)([A-Za-z_]\w*)\s*(?=[,\]}\n])")
+_LAUNCH_PLACEHOLDER = re.compile(r"<[^>]+>|\$\{?\w+\}?|\[[\w\-]+(?:\|[\w\-]+)+\]|\.\.\.|…")  # <num_gpus>, $NNODES, [a|b], ...
+_UNCHECKED_KINDS = {
+    "shell": "a shell command: not a DeepSpeed config, script or launcher line",
+    "output": "program output, shown as printed",
+    "yaml": "YAML (another tool's config)",
+    "other": "text that is not code DeepSpeed reads",
+}
 _HOSTFILE = re.compile(r"^[\w.\-]+\s+slots\s*=\s*\d+\s*$")
 
 
@@ -56,84 +65,86 @@ def parse_config_text(code: str) -> tuple[Any, bool]:
         raise ValueError(f"not a readable config: {exc}") from exc
 
 
+def _json_fix(code: str) -> str:
+    """What to change so the text reads as JSON, when a common slip is visible."""
+    fixes = []
+    missing = re.search(r"[}\]\"\d]\s*\n\s*\"", code)
+    if missing and not re.search(r"[,{\[]\s*$", code[: missing.start() + 1]):
+        fixes.append(f"add the missing comma at the end of line {code[: missing.start()].count(chr(10)) + 1}")
+    if code.count("{") != code.count("}"):
+        fixes.append(f"balance the braces ({code.count('{')} '{{' against {code.count('}')} '}}')")
+    if re.search(r"[\"']\s*=\s*\S", code):
+        fixes.append("use ':' not '=' between a key and its value")
+    if re.search(r",\s*[}\]]", code):
+        fixes.append("drop the trailing comma")
+    if re.search(r"(?<![\"\w])(True|False|None)\b", code) and '"' in code:
+        fixes.append("write true/false/null in JSON")
+    return "; ".join(fixes)
+
+
+def place_fragment(cfg: dict[str, Any]) -> str | None:
+    """Where in a ds_config an excerpt's keys belong: '' when they are top-level keys, the section
+    path whose keys they all are (`"schedule_type": ...` sits in curriculum_learning), or None when
+    they are not a DeepSpeed config's keys at all."""
+    keys = keys_by_path()
+    names = [k for k in cfg if isinstance(k, str)]
+    if not names:
+        return None
+    if all(k in keys for k in names):
+        return ""
+    sections = sorted({p.rsplit(".", 1)[0] for p in keys if "." in p and p.rsplit(".", 1)[1] == names[0]}, key=len)
+    for section in sections:
+        if all(f"{section}.{k}" in keys for k in names):
+            return section
+    return None
+
+
+def _nest(cfg: dict[str, Any], section: str) -> dict[str, Any]:
+    for part in reversed(section.split(".")):
+        cfg = {part: cfg}
+    return cfg
+
+
+def check_json_excerpt(code: str) -> tuple[str, str, str]:
+    """(kind, status, reason) of a JSON block that did not look like a config by its keys alone:
+    checked as a ds_config when its keys are a DeepSpeed config's (placed in their section)."""
+    try:
+        cfg, _ = parse_config_text(code)
+    except ValueError:
+        return "other", NOT_CHECKED, "JSON text that does not parse and names no DeepSpeed config key"
+    where = place_fragment(cfg) if isinstance(cfg, dict) else None
+    if where is None:
+        return "other", NOT_CHECKED, "JSON whose keys are not config keys deepspeed reads at one place (another file, or a nested excerpt)"
+    status, reason = check_ds_config(json.dumps(_nest(cfg, where)) if where else code)
+    return "ds_config", status, (f"an excerpt of `{where}`; " if where else "") + reason
+
+
 def check_ds_config(code: str) -> tuple[str, str]:
     try:
         cfg, fragment = parse_config_text(code)
     except ValueError as exc:
-        return ("fragment", str(exc)) if _PLACEHOLDER.search(code) else ("failed", str(exc))
+        if _PLACEHOLDER.search(code):
+            return TEMPLATE, "placeholders to fill in before it parses"
+        names = sorted({m.group(1) for m in _BARE_NAME.finditer(code)})
+        if names:
+            return TEMPLATE, "values to fill in: " + ", ".join(names[:5])
+        fix = _json_fix(code)
+        return FAILS, (f"not valid JSON or a Python dict: {fix}" if fix else str(exc))
     if not isinstance(cfg, dict):
-        return "failed", "not a JSON object"
+        return FAILS, "not a JSON object"
     if not any(k in cfg for k in _BATCH_KEYS):
         fragment = True
         cfg = {"train_micro_batch_size_per_gpu": 1, **cfg}
     result = validate_config(cfg)
     if result.errors:
         first = result.errors[0]
-        return "failed", f"{first.pointer or '/'}: {first.message}" + (f" ({first.suggestion})" if first.suggestion else "")
-    return ("fragment" if fragment else "ok"), "partial config, valid once merged into a minimal base" if fragment else ""
-
-
-@lru_cache(maxsize=4096)
-def resolve_symbol(dotted: str) -> str | None:
-    """None when `deepspeed.a.b.c` exists in the installed package, else what is missing."""
-    parts = dotted.split(".")
-    obj: Any = None
-    for cut in range(len(parts), 0, -1):
-        try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                obj = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError:
-            continue
-        except Exception:  # noqa: BLE001 - a module that fails to import on this machine is not "missing"
-            return None
-        for attr in parts[cut:]:
-            if not hasattr(obj, attr):
-                try:
-                    obj = importlib.import_module(f"{obj.__name__}.{attr}") if hasattr(obj, "__path__") else None
-                except Exception:  # noqa: BLE001
-                    obj = None
-                if obj is None:
-                    return f"{dotted} (no '{attr}' in the installed deepspeed {deepspeed_version()})"
-            else:
-                obj = getattr(obj, attr)
-        return None
-    return f"{dotted} (no module '{parts[0]}')"
-
-
-def _deepspeed_names(tree: ast.AST) -> Iterable[str]:
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name.split(".")[0] == "deepspeed":
-                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else "deepspeed"
-                    yield a.name
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "deepspeed" and node.level == 0:
-            for a in node.names:
-                if a.name != "*":
-                    yield f"{node.module}.{a.name}"
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            chain: list[str] = []
-            cur: ast.AST = node
-            while isinstance(cur, ast.Attribute):
-                chain.append(cur.attr)
-                cur = cur.value
-            if isinstance(cur, ast.Name) and cur.id in aliases:
-                yield ".".join([aliases[cur.id], *reversed(chain)])
-
-
-def check_python(code: str) -> tuple[str, str]:
-    try:
-        tree = ast.parse(textwrap.dedent(code))
-    except SyntaxError as exc:  # doc excerpts: a method body, a call with '...', a console session
-        return "fragment", f"an excerpt, not complete Python (line {exc.lineno}: {exc.msg})"
-    names = sorted(set(_deepspeed_names(tree)))
-    # an attribute chain's prefix that resolves is enough for the longest names (methods on classes)
-    missing = [m for m in (resolve_symbol(n) for n in names) if m]
-    if missing:
-        return "failed", "missing in deepspeed: " + "; ".join(missing[:3])
-    return "ok", f"{len(names)} deepspeed names resolved" if names else "parses; uses no deepspeed names"
+        return FAILS, f"{first.pointer or '/'}: {first.message}" + (f" ({first.suggestion})" if first.suggestion else "")
+    if _PLACEHOLDER.search(code):
+        return TEMPLATE, "placeholders to fill in; the rest is valid merged into a minimal config"
+    notes = [] if not fragment else ["an excerpt, valid merged into a minimal config"]
+    if re.search(r"//|/\*|^\s*#", code, re.M) or re.search(r",\s*[}\]]", code):
+        notes.append("remove the comments and trailing commas before using it as a JSON file")
+    return CHECKED, "; ".join(notes) or "valid for deepspeed's own config parser"
 
 
 @lru_cache(maxsize=1)
@@ -147,13 +158,14 @@ def check_launcher(code: str) -> tuple[str, str]:
     lines = [line.strip().rstrip("\\").strip() for line in code.replace("\\\n", " ").splitlines()]
     checked = 0
     fragment = False
+    fragment_words: list[str] = []
     for line in lines:
         if not line or line.startswith("#"):
             continue
         try:
             words = shlex.split(line.lstrip("$ "))
         except ValueError as exc:
-            return "failed", f"cannot split the command line: {exc}"
+            return FAILS, f"cannot split the command line: {exc}"
         placeholders = [w for w in words if _LAUNCH_PLACEHOLDER.search(w)]
         words = [_LAUNCH_PLACEHOLDER.sub("1", w) for w in words]
         while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
@@ -166,29 +178,33 @@ def check_launcher(code: str) -> tuple[str, str]:
                 _launcher_parser()(words[1:])
         except SystemExit:
             message = err.getvalue().strip().splitlines()
-            return "failed", (message[-1] if message else "rejected by deepspeed's launcher parser")[:300]
+            return FAILS, (message[-1] if message else "rejected by deepspeed's launcher parser")[:300]
         checked += 1
         fragment = fragment or bool(placeholders)
+        fragment_words += [m.group(0) for w in placeholders for m in _LAUNCH_PLACEHOLDER.finditer(w)]
     if not checked:
-        return "not_checkable", "no `deepspeed` launcher line (torchrun, srun and mpirun are not DeepSpeed's parser)"
+        return NOT_CHECKED, "no `deepspeed` launcher line (torchrun, srun and mpirun are not DeepSpeed's parser)"
     if fragment:
-        return "fragment", "placeholders filled in; accepted by deepspeed's launcher parser"
-    return "ok", f"{checked} launcher line(s) accepted by deepspeed's parser"
+        return TEMPLATE, f"placeholders to fill in ({', '.join(sorted(set(fragment_words))[:3])}); with them filled, deepspeed's launcher parser accepts it"
+    return CHECKED, f"{checked} launcher line(s) accepted by deepspeed's parser"
 
 
 def check_hostfile(code: str) -> tuple[str, str]:
     bad = [line for line in code.splitlines() if line.strip() and not line.strip().startswith("#") and not _HOSTFILE.match(line.strip())]
-    return ("failed", f"not 'host slots=N': {bad[0]!r}") if bad else ("ok", "")
+    return (FAILS, f"not 'host slots=N': {bad[0]!r}") if bad else (CHECKED, "every line is 'host slots=N'")
 
 
 def check_snippet(snippet: Snippet) -> Snippet:
     checkers = {"ds_config": check_ds_config, "python": check_python, "launcher": check_launcher, "hostfile": check_hostfile}
     checker = checkers.get(snippet.kind)
+    if snippet.kind == "other" and snippet.language in ("json", "jsonc", "json5", "javascript", "js"):
+        kind, status, reason = check_json_excerpt(snippet.code)
+        return replace(snippet, kind=kind, status=status, reason=reason, checked_with=deepspeed_version())
     if checker is None:
-        status, reason = "not_checkable", f"{snippet.kind} snippets have no static check"
+        status, reason = NOT_CHECKED, _UNCHECKED_KINDS.get(snippet.kind, f"{snippet.kind} snippets have no static check")
     else:
         try:
             status, reason = checker(snippet.code)
         except Exception as exc:  # noqa: BLE001 - one odd snippet must not stop a build
-            status, reason = "not_checkable", f"checker error: {type(exc).__name__}: {exc}"[:300]
+            status, reason = NOT_CHECKED, f"the checker broke on it: {type(exc).__name__}: {exc}"[:300]
     return replace(snippet, status=status, reason=reason, checked_with=deepspeed_version())

@@ -26,10 +26,14 @@ CONFIG_MARKERS = frozenset(
     }
 )
 _CONFIG_KEY = re.compile(r"[\"']?(" + "|".join(sorted(CONFIG_MARKERS)) + r")[\"']?\s*:")
+# a launcher command: the program, then an option, a script, a placeholder, a line continuation or
+# nothing ("deepspeed install path ..... [...]" is ds_report output, not a command)
 _LAUNCH = re.compile(
     r"^(?:\$\s*)?(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:deepspeed|torchrun|srun|mpirun|mpiexec|accelerate\s+launch|"
-    r"python3?\s+-m\s+torch\.distributed\.(?:launch|run)|ds_ssh|pdsh)\b"
+    r"python3?\s+-m\s+torch\.distributed\.(?:launch|run)|ds_ssh|pdsh)(?=\s*$|\s+(?:-|\S+\.(?:py|sh)\b|[<$\[{\\\"']|\.\.\.|…|\w+\s*$))"
 )
+# `"zero_optimization": {` / `"fp16": {`: a config excerpt without the outer braces
+_BARE_CONFIG = re.compile(r"^\s*[\"'](\w+)[\"']\s*[:=]")
 _HOSTFILE_LINE = re.compile(r"^[\w.\-]+\s+slots\s*=\s*\d+\s*$")
 _SHELL_START = re.compile(
     r"^(?:\$\s|#\s|pip3?\s|python3?\s|git\s|cd\s|export\s|apt(?:-get)?\s|conda\s|sudo\s|bash\s|sh\s|"
@@ -39,7 +43,7 @@ _SHELL_START = re.compile(
 _OUTPUT_HINT = re.compile(
     r"Traceback \(most recent call last\)|^\[\d{4}-\d\d-\d\d|^\s*\[(?:INFO|WARNING|ERROR)|^-{5,}|"
     r"^\s*(?:INFO|WARNING|ERROR)\b|Error:|^\s*\|.*\|\s*$|^\s*step\s*=|\bsamples/sec\b|"
-    r"^\s*(?:rank|Rank)\s*\d|^\s*\d+(?:\.\d+)?\s*(?:TFLOPS|GB|MB|ms)\b",
+    r"^\s*(?:rank|Rank)\s*\d|^\s*\d+(?:\.\d+)?\s*(?:TFLOPS|GB|MB|ms)\b|\S[ \t]+\.{6,}[ \t]*\S|\[(?:OKAY|NO|YES)\]",
     re.M,
 )
 _PY_LANGS = {"python", "py", "python3", "ipython", "pycon"}
@@ -54,8 +58,12 @@ def _strip_comments(code: str) -> str:
 
 
 def looks_like_config(code: str) -> bool:
-    """A JSON object or Python dict whose keys include DeepSpeed config keys."""
-    body = code.strip()
+    """A JSON object or Python dict whose keys include DeepSpeed config keys, or an excerpt of one
+    without its outer braces (`"fp16": {...}`)."""
+    body = _strip_comments(code).strip()
+    bare = _BARE_CONFIG.match(body)
+    if bare:
+        return bare.group(1) in CONFIG_MARKERS or bool(_CONFIG_KEY.search(body))
     if "=" in body.split("{", 1)[0]:  # ds_config = {...}
         body = body.split("=", 1)[1].strip()
     if not body.startswith("{"):
@@ -112,6 +120,8 @@ def detect_language(code: str) -> str:
 def classify_snippet(code: str, language: str = "") -> tuple[str, str]:
     """Return (kind, language) for a code block; language falls back to detection."""
     lang = (language or "").lower().strip()
+    if code.lstrip().startswith(">>>"):  # a Python session, whatever the fence says
+        return "python", "pycon"
     if not lang or lang in _OUTPUT_LANGS:
         detected = detect_language(code)
         lang = detected if (not lang or detected != "text") else lang

@@ -22,6 +22,7 @@ import numpy as np
 
 from app.errors import IndexUnusable
 from indexer.documents import Chunk, Snippet
+from indexer.snippet_status import LEDGER, read_ledger, write_ledger_rows
 from indexer.text_units import Unit
 from indexer.tokenize import tokenize
 
@@ -29,7 +30,6 @@ FORMAT_VERSION = 2  # 2: BM25 tokens carry the words of abbreviated identifier p
 MANIFEST = "manifest.json"
 UNIT_VECTORS = "units.npy"
 UNITS = "units.jsonl"  # one line per chunk: its units as [text, block]
-LEDGER = "verification.jsonl"  # snippet runs (`dsqa verify`); not in the checksums, may change
 
 
 class IndexError_(IndexUnusable):
@@ -48,6 +48,21 @@ class LoadedIndex:
     verification: dict[str, dict[str, Any]] = field(default_factory=dict)  # snippet id -> latest run
     units: list[list[Unit]] = field(default_factory=list)  # each chunk's text units (indexer/text_units.py)
     unit_vectors: np.ndarray | None = None  # one row per unit, chunk by chunk
+    ledger_stamp: tuple[int, int] = (0, 0)  # the ledger file's (mtime_ns, size) when last read
+
+    def refresh_verification(self) -> bool:
+        """Re-read the ledger when a verify run (in the background, or another process) changed it;
+        one stat per call. True when it was re-read."""
+        try:
+            st = (self.path / LEDGER).stat()
+        except OSError:
+            return False
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self.ledger_stamp:
+            return False
+        self.verification = read_ledger(self.path)
+        self.ledger_stamp = stamp
+        return True
 
     def __post_init__(self) -> None:
         self.by_id = {c.id: i for i, c in enumerate(self.chunks)}
@@ -130,9 +145,8 @@ def write_index(
 
 def _carry_ledger(old: Path, new: Path, snippet_ids: set[str]) -> None:
     """Keep the verification runs of snippets that are still in the index (ids are content hashes)."""
-    rows = [row for sid, row in read_ledger(old).items() if sid in snippet_ids] if old.is_dir() else []
-    if rows:
-        _write_jsonl(new / LEDGER, rows)
+    if old.is_dir() and read_ledger(old):
+        write_ledger_rows(new, list(read_ledger(old).values()), keep=snippet_ids)
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:
@@ -161,22 +175,6 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise IndexError_(f"index at {path} has format {manifest.get('format_version')}, expected {FORMAT_VERSION}: rebuild it")
     return manifest
-
-
-def read_ledger(path: Path) -> dict[str, dict[str, Any]]:
-    """The verification ledger beside an index: snippet id -> its latest run ({} when none)."""
-    rows: dict[str, dict[str, Any]] = {}
-    file = Path(path) / LEDGER
-    if not file.is_file():
-        return rows
-    for line in file.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and row.get("id"):
-            rows[str(row["id"])] = row
-    return rows
 
 
 def load_index(path: Path, verify: bool = True) -> LoadedIndex:

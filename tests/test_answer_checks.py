@@ -142,7 +142,7 @@ def test_key_facts_read_back_what_the_catalogue_writes() -> None:
 
 def test_version_note_only_on_a_cited_page_whose_failing_code_the_question_names() -> None:
     bad = Snippet(id="s", language="json", kind="ds_config", code="{}", chunk_id="c", source_url="u", path="docs/a.md",
-                  status="failed", reason="/: deepspeed's own config parser rejects it: 'zero_optimization.mics_shard_size' is no longer supported",
+                  status="fails", reason="/: deepspeed's own config parser rejects it: 'zero_optimization.mics_shard_size' is no longer supported",
                   checked_with="0.19.8")
     chunk = Chunk(id="c", text="t", path="docs/a.md", url="u", title="T", heading="H", trail=(), source="docs")
     hits = [Hit(chunk=chunk, score=1.0, bm25=1.0, dense=0.5)]

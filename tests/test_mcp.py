@@ -65,7 +65,7 @@ def test_http_transport_serves_all_tools(http_server: ServerThread, index_dir: P
     assert not answer.is_error
     assert "[1]" in text and "**Sources**" in text
     assert "[1] [Tiny Tutorial](https://www.deepspeed.ai/tutorials/tiny/" in text
-    assert "```json" in text and "checked ok against deepspeed" in text  # a checked snippet, fenced
+    assert "```json" in text and "**checked**: checked statically against deepspeed" in text  # a checked snippet, fenced
     assert len(text.split()) <= 1500 + 20
 
     text = text_of(search)

@@ -12,7 +12,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.ask import stamp
 from eval.answers_eval import percentiles, render_report, svg_bars, svg_histogram
 from eval.executors import (
     Capabilities,
@@ -25,8 +24,8 @@ from eval.executors import (
 from eval.runner import LocalRunner, RunRequest, RunResult, failure_reason
 from eval.sandbox import is_secret_name, scrub_env
 from eval.verify import write_ledger
-from indexer.documents import Snippet, content_hash
-from indexer.store import read_ledger
+from indexer.documents import content_hash
+from indexer.snippet_status import read_ledger, verdict
 from tests.conftest import ServerThread
 
 CPU = Capabilities(device="cpu")
@@ -157,11 +156,21 @@ def test_ledger_is_merged_atomically_and_stamped(tmp_path: Path) -> None:
     rows = read_ledger(tmp_path)
     assert rows["aaa"]["status"] == "passed" and rows["bbb"]["status"] == "timeout"
     assert [p.name for p in tmp_path.iterdir()] == ["verification.jsonl"]  # no temp files left
-    s = Snippet(id="aaa", language="json", kind="ds_config", code="{}", chunk_id="c", source_url="u", path="p", status="ok", checked_with="0.19.8")
-    text = stamp(s, rows["aaa"])
-    assert text.startswith("ran ok on cpu, deepspeed 0.19.8, 20")
-    assert stamp(s) == "checked ok against deepspeed 0.19.8"
-    assert stamp(s, {"status": "skipped", "reason": "needs gpu"}) == "checked ok against deepspeed 0.19.8"
+    ran = verdict("checked", "", "0.19.8", rows["aaa"])
+    assert ran.status == "ran" and ran.words.startswith("ran on cpu, deepspeed 0.19.8, 20")
+    static = verdict("checked", "", "0.19.8")
+    assert static.status == "checked" and static.words.startswith("checked statically against deepspeed 0.19.8") and "not run" in static.words
+    skipped = verdict("checked", "", "0.19.8", {"status": "skipped", "reason": "needs gpu"})
+    assert skipped.status == "checked" and "could not test it" in skipped.words and "needs gpu" in skipped.words
+
+
+def test_only_a_failure_blamed_on_the_snippet_shows_as_fails() -> None:
+    snippet_fault = {"status": "failed", "blame": "snippet", "reason": "TypeError: bad", "device": "cpu", "deepspeed": "0.19.8"}
+    assert verdict("checked", "", "0.19.8", snippet_fault).status == "fails"
+    harness_fault = {**snippet_fault, "blame": "harness", "blame_why": "the fragment uses 'model' from its page"}
+    shown = verdict("checked", "", "0.19.8", harness_fault)
+    assert shown.status == "checked" and "(harness)" in shown.words and "'model'" in shown.words
+    assert verdict("template", "fill <n>", "0.19.8", {**snippet_fault, "blame": "environment"}).status == "template"
 
 
 def test_report_is_self_contained() -> None:
@@ -250,4 +259,4 @@ def test_verify_writes_the_ledger_and_ask_stamps_it(tiny_docs: Path, tmp_path: P
     assert len(index.verification) == report["total"]
     engine = load_engine(Settings(index_dir=out, no_answer_threshold=0.0), emb)
     reply = ask(engine, AskRequest(question="configure ZeRO stage overlap_comm", k=3))
-    assert reply.snippets and all(s.stamp.startswith("ran ok on cpu, deepspeed 0.19.8") for s in reply.snippets)
+    assert reply.snippets and all(s.status == "ran" and s.stamp.startswith("ran on cpu, deepspeed 0.19.8") for s in reply.snippets)

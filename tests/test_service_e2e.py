@@ -22,8 +22,8 @@ def test_ask_cites_real_docs_with_snippets(real_server: ServerThread) -> None:
     assert any("offload_optimizer" in p["text"] for p in body["passages"])
     assert all(p["url"].startswith("https://") or p["url"].startswith("dsqa://") for p in body["passages"])
     assert any(p["path"].startswith("docs/") for p in body["passages"])
-    assert body["snippets"] and all(s["status"] in {"ok", "failed", "fragment", "not_checkable"} for s in body["snippets"])
-    assert all(s["stamp"].endswith("0.19.8") for s in body["snippets"])
+    assert body["snippets"] and all(s["status"] in {"ran", "checked", "template", "fails", "not_checked"} for s in body["snippets"])
+    assert all("0.19.8" in s["stamp"] or s["status"] == "not_checked" for s in body["snippets"])
     assert "[1]" in body["answer"] or "[2]" in body["answer"]
     assert body["index"]["deepspeed_version"] and body["index"]["counts"]["chunks"] > 1000
 

@@ -43,7 +43,7 @@ def test_export_is_deterministic_and_links_resolve(tmp_path: Path) -> None:
     assert len(links) >= 10 and all((a.path / link).is_file() for link in links)
     assert a.snippets_kept > 0
     kept_codes = [code for f in (a.path / "references").glob("*.md") for code in re.findall(r"```\w*\n(.*?)\n```", f.read_text(), re.S)]
-    verified = {s.code for s in statuses.values() if s.status == "ok"}
+    verified = {s.code for s in statuses.values() if s.status == "checked"}
     assert kept_codes and all(code in verified for code in kept_codes)
 
 
@@ -51,15 +51,15 @@ def test_every_notes_config_and_python_snippet_passes_static_checks() -> None:
     statuses = _snippets()
     checked = [s for s in statuses.values() if s.kind in {"ds_config", "python", "launcher", "hostfile"}]
     assert len(checked) >= 30
-    bad = [(s.path, s.kind, s.status, s.reason) for s in checked if s.status not in {"ok", "not_checkable"}]
+    bad = [(s.path, s.kind, s.status, s.reason) for s in checked if s.status not in {"checked", "not_checked"}]
     assert bad == []
 
 
 def test_a_failed_run_keeps_a_snippet_out(tmp_path: Path) -> None:
     statuses = _snippets()
     kept = export_skill(tmp_path / "a", NOTES_DIR, statuses).snippets_kept
-    ok = [s for s in statuses.values() if s.status == "ok" and s.kind in {"python", "ds_config"}]
-    runs = {ok[0].id: {"id": ok[0].id, "status": "failed"}}
+    ok = [s for s in statuses.values() if s.status == "checked" and s.kind in {"python", "ds_config"}]
+    runs = {ok[0].id: {"id": ok[0].id, "status": "failed", "blame": "snippet"}}
     report = export_skill(tmp_path / "b", NOTES_DIR, statuses, runs)
     assert report.snippets_kept == kept - 1
     assert ok[0].code not in "".join(f.read_text() for f in (tmp_path / "b" / "references").glob("*.md"))

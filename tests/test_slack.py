@@ -118,7 +118,7 @@ def test_slash_command_acks_fast_and_answers_through_response_url(slack_server: 
     assert any(t.startswith("*Sources*") and "<https://www.deepspeed.ai/tutorials/tiny/" in t for t in texts)
     assert any(t.startswith("```") for t in texts)  # one snippet
     contexts = [e["text"] for b in reply["blocks"] if b["type"] == "context" for e in b["elements"]]
-    assert any("checked ok against deepspeed" in c for c in contexts)
+    assert any("*checked*: checked statically against deepspeed" in c for c in contexts)
 
 
 def test_empty_command_gets_usage(slack_server: ServerThread, fake_slack: FakeSlack) -> None:
@@ -181,7 +181,7 @@ def test_blocks_prefer_a_checked_snippet_and_escape_text() -> None:
     resp = AskResponse(
         answer="Use **ZeRO** & offload [1].", covered=True,
         passages=[Passage(id="p", text="t", path="p", url="https://d/#a", title="T|x", heading="H <1>", score=1.0, source="docs")],
-        snippets=[snip("bad", "failed"), snip("good", "ok")], index={"deepspeed_version": "0.19.8"}, timings_ms={},
+        snippets=[snip("bad", "fails"), snip("good", "checked")], index={"deepspeed_version": "0.19.8"}, timings_ms={},
     )
     blocks, fallback = answer_blocks("why <b>?", resp)
     sections = [b["text"]["text"] for b in blocks if b["type"] == "section"]

@@ -101,7 +101,7 @@ function renderSnippets(snippets) {
   box.replaceChildren();
   show($("no-snippets"), snippets.length === 0);
   // checked ones first, as the other front ends do
-  const good = (s) => (s.status === "ok" || s.status === "passed" ? 0 : 1);
+  const good = (s) => ({ ran: 0, checked: 1, template: 2, not_checked: 3, fails: 4 }[s.status] ?? 3);
   const ordered = [...snippets].sort((a, b) => good(a) - good(b));
   for (const s of ordered) {
     const button = el("button", { class: "small copy", type: "button", text: "Copy" });
@@ -111,7 +111,7 @@ function renderSnippets(snippets) {
       setTimeout(() => { button.textContent = "Copy"; }, 1500);
     });
     const head = el("div", { class: "head" },
-      el("span", { class: `status ${s.status}`, text: s.status }),
+      el("span", { class: `status ${s.status}`, text: s.label || s.status }),
       el("span", { text: `${s.kind} · ${s.language || "text"}` }),
       el("span", { class: "grow muted", title: s.reason || "", text: s.stamp || "" }),
       el("a", { href: s.source_url, target: "_blank", rel: "noopener", text: "source" }),

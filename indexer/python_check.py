@@ -1,0 +1,246 @@
+"""The static check of a Python snippet against the installed deepspeed: names resolve, calls bind.
+
+- REPL sessions (`>>> ` / `... ` prompts) are read as the code they typed; printed output is dropped.
+- Every deepspeed name is found, imported (`from deepspeed.x import y as z`, `import deepspeed as ds`)
+  or written in full (`deepspeed.checkpointing.foo` in a fragment that never imports deepspeed),
+  and resolved in the installed package; a missing one fails, named with its line.
+- Every call of a deepspeed callable is bound against its real signature (`inspect.signature(...)
+  .bind`) with the call's positional count and keyword names: a failure names the call, the
+  signature and the line. Classes bind their constructor, so a config class's keywords are checked.
+- Placeholders (`<path>`, `YOUR_...`, `...` given as an argument) make it a `template`.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import importlib
+import inspect
+import io
+import re
+import textwrap
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from indexer.config_catalogue import deepspeed_version
+from indexer.snippet_status import CHECKED, FAILS, NOT_CHECKED, TEMPLATE
+
+_PROMPT = re.compile(r"^(>>>|\.\.\.)( |$)")
+_PLACEHOLDER_TEXT = re.compile(r"<[A-Za-z_][\w \-/.]*>|\bYOUR_[A-Z_]+\b|\[[\w\-]+(?:\|[\w\-]+)+\]")
+_MISSING = object()
+
+
+def strip_repl(code: str) -> str | None:
+    """The code typed into a `>>>` session (prompts removed, output lines dropped), or None."""
+    lines = code.strip("\n").splitlines()
+    if not lines or not any(line.startswith(">>>") for line in lines):
+        return None
+    return "\n".join(_PROMPT.sub("", line) for line in lines if _PROMPT.match(line))
+
+
+@lru_cache(maxsize=4096)
+def _resolve(dotted: str) -> Any:
+    """The object `deepspeed.a.b` names in the installed package, _MISSING when it has none, None
+    when a module on the way fails to import on this machine (not the snippet's fault)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        except Exception:  # noqa: BLE001 - an import that fails here (a CUDA-only op) is not "missing"
+            return None
+        for attr in parts[cut:]:
+            if hasattr(obj, attr):
+                obj = getattr(obj, attr)
+                continue
+            if not hasattr(obj, "__path__"):
+                return _MISSING
+            try:
+                obj = importlib.import_module(f"{obj.__name__}.{attr}")
+            except ModuleNotFoundError:
+                return _MISSING
+            except Exception:  # noqa: BLE001
+                return None
+        return obj
+    return _MISSING
+
+
+@dataclass(frozen=True)
+class Problem:
+    line: int
+    message: str
+
+
+def _aliases(tree: ast.AST) -> dict[str, str]:
+    """Local name -> the deepspeed dotted name it stands for; `deepspeed` itself always does unless
+    the snippet binds the name to something else."""
+    aliases: dict[str, str] = {"deepspeed": "deepspeed"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "deepspeed":
+                    aliases[a.asname or "deepspeed"] = a.name if a.asname else "deepspeed"
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "deepspeed":
+            for a in node.names:
+                if a.name != "*":
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id == "deepspeed":
+            aliases.pop("deepspeed", None)
+    return aliases
+
+
+PUBLIC_NAMESPACES = ("deepspeed", "deepspeed.utils")  # where a name a fragment never imports is looked up
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Names the snippet binds itself (assignments, imports, defs, arguments, loop targets)."""
+    bound: set[str] = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            bound.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+    return bound
+
+
+def _unimported_deepspeed_names(tree: ast.AST, aliases: dict[str, str]) -> dict[str, str]:
+    """Calls of names the fragment takes from its page without importing them, that deepspeed's
+    public namespaces define (`safe_get_full_optimizer_state(...)` after an earlier import)."""
+    bound = _bound_names(tree)
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            name = node.func.id
+            if name in bound or name in aliases or name in found:
+                continue
+            for space in PUBLIC_NAMESPACES:
+                obj = _resolve(f"{space}.{name}")
+                if obj is not None and obj is not _MISSING and callable(obj):
+                    found[name] = f"{space}.{name}"
+                    break
+    return found
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    chain: list[str] = []
+    while isinstance(node, ast.Attribute):
+        chain.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id in aliases:
+        return ".".join([aliases[node.id], *reversed(chain)])
+    return None
+
+
+def _signature(obj: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+
+
+def _bind_problem(name: str, obj: Any, call: ast.Call) -> str:
+    if not callable(obj) or any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return ""
+    sig = _signature(obj)
+    if sig is None:
+        return ""
+    args = [object()] * len(call.args)
+    kwargs = {k.arg: object() for k in call.keywords if k.arg}
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        written = ast.unparse(call)
+        written = written if len(written) <= 70 else written[:67] + "..."
+        shown = f"{name.rsplit('.', 1)[-1]}{sig}"
+        shown = shown if len(shown) <= 100 else f"{name.rsplit('.', 1)[-1]}({', '.join(sig.parameters)[:80]}...)"
+        return f"`{written}` does not match `{shown}` in deepspeed {deepspeed_version()}: {exc}"
+    return ""
+
+
+def python_problems(tree: ast.AST) -> tuple[list[Problem], int]:
+    """Missing names and calls that do not bind, and how many deepspeed names were looked at."""
+    aliases = _aliases(tree)
+    aliases.update(_unimported_deepspeed_names(tree, aliases))
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "deepspeed":
+            for a in node.names:
+                if a.name != "*" and _resolve(f"{node.module}.{a.name}") is _MISSING:
+                    problems.append(Problem(node.lineno, f"`from {node.module} import {a.name}`: no such name in deepspeed {deepspeed_version()}"))
+                seen.add(f"{node.module}.{a.name}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "deepspeed" and _resolve(a.name) is _MISSING:
+                    problems.append(Problem(node.lineno, f"`import {a.name}`: no such module in deepspeed {deepspeed_version()}"))
+                seen.add(a.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and not isinstance(getattr(node, "_parent_attr", None), ast.Attribute):
+            name = _dotted(node, aliases)
+            if name is None or name in seen:
+                continue
+            seen.add(name)
+            if _resolve(name) is _MISSING:
+                problems.append(Problem(node.lineno, f"`{name}` does not exist in deepspeed {deepspeed_version()}"))
+        elif isinstance(node, ast.Call):
+            name = _dotted(node.func, aliases) if isinstance(node.func, ast.Attribute | ast.Name) else None
+            if name is None or name == "deepspeed":
+                continue
+            obj = _resolve(name)
+            if obj is None or obj is _MISSING:
+                continue
+            message = _bind_problem(name, obj, node)
+            if message:
+                problems.append(Problem(node.lineno, message))
+    unique = {(p.line, p.message): p for p in problems}
+    return sorted(unique.values(), key=lambda p: p.line), len(seen)
+
+
+def _mark_parents(tree: ast.AST) -> None:
+    """Only the longest attribute chain is resolved: `a.b.c` once, not also `a.b`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            node.value._parent_attr = node  # type: ignore[attr-defined]
+
+
+def has_placeholders(code: str, tree: ast.AST | None) -> bool:
+    if _PLACEHOLDER_TEXT.search(code):
+        return True
+    if tree is None:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            values = [*node.args, *(k.value for k in node.keywords)]
+            if any(isinstance(v, ast.Constant) and v.value is Ellipsis for v in values):
+                return True
+    return False
+
+
+def check_python(code: str) -> tuple[str, str]:
+    typed = strip_repl(code)
+    source = textwrap.dedent(typed if typed is not None else code)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:  # a method body, a call with '...' in its text, a signature line
+        if has_placeholders(source, None):
+            return TEMPLATE, f"has placeholders and is not complete Python (line {exc.lineno}: {exc.msg})"
+        return NOT_CHECKED, f"an excerpt, not complete Python (line {exc.lineno}: {exc.msg})"
+    _mark_parents(tree)
+    problems, names = python_problems(tree)
+    if problems:
+        first = "; ".join(f"line {p.line}: {p.message}" for p in problems[:3])
+        return FAILS, first
+    session = "a >>> session; " if typed is not None else ""
+    if has_placeholders(source, tree):
+        return TEMPLATE, f"{session}placeholders to fill in; {names} deepspeed names resolve and calls bind"
+    if not names:
+        return NOT_CHECKED, f"{session}parses, but uses no deepspeed names to check"
+    return CHECKED, f"{session}{names} deepspeed names resolve and their calls bind"
