@@ -227,6 +227,7 @@ def cmd_validate_config(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_snippets_report(args: argparse.Namespace, settings: Settings) -> int:
     from collections import Counter
 
+    from indexer.snippet_status import RUN_OUTCOMES, confusion
     from indexer.store import load_index
 
     index = load_index(args.index or settings.index_dir)
@@ -241,6 +242,9 @@ def cmd_snippets_report(args: argparse.Namespace, settings: Settings) -> int:
         "unclassified": sum(1 for s in snippets if not s.kind),
         "checked_with": index.manifest.get("deepspeed_version"),
         "stale_docs_snippets": [{"id": s.id, "kind": s.kind, "path": s.path, "source_url": s.source_url, "reason": s.reason} for s in failing],
+        "runs": len(index.verification),
+        # static verdict against the latest run of each snippet (the ledger of `dsqa verify`)
+        "static_vs_run": confusion({s.id: s.status for s in snippets}, index.verification),
     }
     if args.json:
         _print_json(report)
@@ -248,7 +252,13 @@ def cmd_snippets_report(args: argparse.Namespace, settings: Settings) -> int:
     print(f"{report['total']} snippets checked against deepspeed {report['checked_with']}")
     print("by kind:   " + ", ".join(f"{k} {v}" for k, v in sorted(by_kind.items())))
     print("by status: " + ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())))
-    print(f"unclassified: {report['unclassified']}\n\ndocs snippets that fail against the installed deepspeed:")
+    print(f"unclassified: {report['unclassified']}")
+    if report["runs"]:
+        print(f"\nstatic status vs run outcome ({report['runs']} runs in the ledger):")
+        print(f"{'':14}" + "".join(f"{o:>26}" for o in RUN_OUTCOMES))
+        for status, row in report["static_vs_run"].items():
+            print(f"{status:14}" + "".join(f"{row[o]:>26}" for o in RUN_OUTCOMES))
+    print("\ndocs snippets that fail against the installed deepspeed:")
     for s in failing:
         print(f"- [{s.kind}] {s.source_url}\n    {s.reason}")
     return 0

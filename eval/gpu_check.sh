@@ -45,7 +45,7 @@ if "error" in env:
     print("environment problem:", env["error"]); sys.exit(1)
 
 from corpus import NOTES_DIR
-from eval.executors import detect_capabilities
+from eval.requirements import detect_capabilities
 from eval.runner import LocalRunner, RunRequest, RunResult
 from eval.verify import GPU_REQUIREMENTS, select, summarise_runs
 from indexer.chunker import chunk_document

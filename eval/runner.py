@@ -18,15 +18,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from eval.executors import (
-    RUNNABLE_KINDS,
-    Capabilities,
-    detect_capabilities,
-    detect_requirements,
-    prepare,
-    unmet,
-)
 from eval.failure_blame import blame_failure
+from eval.programs import RUNNABLE_KINDS, prepare
+from eval.requirements import Capabilities, cpu_adaptable, detect_capabilities, detect_requirements, unmet
 from eval.sandbox import free_port, run_sandboxed, scrub_env
 from indexer.documents import Snippet, content_hash
 
@@ -43,6 +37,7 @@ class RunRequest:
     requires: tuple[str, ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     memory_mb: int = DEFAULT_MEMORY_MB
+    context: str = ""  # import lines from earlier snippets of its page (only imports are ever used)
 
     def __post_init__(self) -> None:
         self.requires = tuple(self.requires)
@@ -50,8 +45,10 @@ class RunRequest:
             self.id = content_hash(self.code, length=12)  # the index's snippet id for the same code
 
     @classmethod
-    def from_snippet(cls, s: Snippet, *, timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB) -> RunRequest:
-        return cls(kind=s.kind, code=s.code, id=s.id, requires=tuple(s.requires), timeout_s=timeout_s, memory_mb=memory_mb)
+    def from_snippet(cls, s: Snippet, *, timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB,
+                     context: str = "") -> RunRequest:
+        return cls(kind=s.kind, code=s.code, id=s.id, requires=tuple(s.requires), timeout_s=timeout_s, memory_mb=memory_mb,
+                   context=context)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -60,7 +57,7 @@ class RunRequest:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunRequest:
-        keys = {"kind", "code", "id", "requires", "timeout_s", "memory_mb"}
+        keys = {"kind", "code", "id", "requires", "timeout_s", "memory_mb", "context"}
         return cls(**{k: v for k, v in d.items() if k in keys})
 
 
@@ -166,11 +163,11 @@ class LocalRunner:
             return base
         reqs = detect_requirements(request.kind, request.code, request.requires)
         base.requirements = sorted({r.name for r in reqs})
-        missing = unmet(reqs, caps)
+        missing = [r for r in unmet(reqs, caps) if not (not caps.cuda and cpu_adaptable(request.kind, r))]
         if missing:
             base.reason = "needs " + "; ".join(f"{r.name} ({r.why})" for r in missing[:3]) + f"; this runner has {caps.label}"
             return base
-        prepared = prepare(request.kind, request.code, caps)
+        prepared = prepare(request.kind, request.code, caps, context=request.context)
         base.adaptations = prepared.adaptations
         if prepared.skip:
             base.reason = prepared.skip

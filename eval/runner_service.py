@@ -31,6 +31,7 @@ class RunBody(BaseModel):
     requires: list[str] = Field(default_factory=list, max_length=16)
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=3600)
     memory_mb: int = Field(default=DEFAULT_MEMORY_MB, ge=256, le=1_048_576)
+    context: str = Field(default="", max_length=20_000, description="import lines from earlier on the page; only imports are used")
 
 
 def _count(status: str) -> None:
@@ -95,7 +96,7 @@ def create_runner_app(
                 gpu = gpu_pool.pop(0) if gpu_pool else None
                 try:
                     req = RunRequest(kind=body.kind, code=body.code, id=body.id or digest, requires=tuple(body.requires),
-                                     timeout_s=body.timeout_s, memory_mb=body.memory_mb)
+                                     timeout_s=body.timeout_s, memory_mb=body.memory_mb, context=body.context)
                     result = await run_in_threadpool(local.run, req, gpu_ids=None if gpu is None else [gpu])
                 finally:
                     if gpu is not None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from eval.programs import import_lines
 from eval.runner import RunRequest, RunResult, SnippetRunner, runnable
 from indexer.config_catalogue import deepspeed_version
 from indexer.documents import Snippet
@@ -29,7 +30,7 @@ GPU_REQUIREMENTS = ("gpu", "cuda", "fp16", "nccl", "gds", "multi-gpu")
 
 
 def select(snippets: list[Snippet], only: str = "all", *, gpu_only: bool = False) -> list[Snippet]:
-    from eval.executors import detect_requirements
+    from eval.requirements import detect_requirements
 
     chosen = runnable(snippets)
     if only == "notes":
@@ -39,6 +40,19 @@ def select(snippets: list[Snippet], only: str = "all", *, gpu_only: bool = False
     if gpu_only:
         chosen = [s for s in chosen if any(r.name in GPU_REQUIREMENTS for r in detect_requirements(s.kind, s.code, s.requires))]
     return chosen
+
+
+def page_imports(snippets: list[Snippet]) -> dict[str, str]:
+    """Snippet id -> the import statements of the Python snippets before it on its page (a tutorial
+    imports a name once and its later fragments use it)."""
+    seen: dict[str, list[str]] = {}
+    out: dict[str, str] = {}
+    for s in snippets:  # in page order, as the index keeps them
+        lines = seen.setdefault(s.path, [])
+        out[s.id] = "\n".join(dict.fromkeys(lines))
+        if s.kind == "python":
+            lines += import_lines(s.code)
+    return out
 
 
 def ledger_row(result: RunResult) -> dict[str, Any]:
@@ -106,7 +120,8 @@ def verify_index(
         version = deepspeed_version()
         chosen = [s for s in chosen if index.verification.get(s.id, {}).get("deepspeed") != version]
     chosen = chosen[: limit or None]
-    requests = [RunRequest.from_snippet(s, timeout_s=timeout_s, memory_mb=memory_mb) for s in chosen]
+    contexts = page_imports(list(index.snippets.values()))
+    requests = [RunRequest.from_snippet(s, timeout_s=timeout_s, memory_mb=memory_mb, context=contexts.get(s.id, "")) for s in chosen]
     t0 = time.monotonic()
     results: list[RunResult] = []
     batch = max(1, concurrency)

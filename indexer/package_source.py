@@ -5,6 +5,7 @@ Both become ordinary Documents so the chunker and the retrievers treat them like
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import logging
@@ -110,6 +111,20 @@ def _source_url(obj: Any, version: str) -> str:
 _DIRECTIVE = re.compile(r"^\s*\.\. (?:code-block|code|sourcecode)::")
 
 
+def _is_code(para: str) -> bool:
+    """An indented docstring paragraph is an example when it is a `>>>` session or parses as Python;
+    an indented `name: description` argument list is prose."""
+    body = inspect.cleandoc(para)
+    if body.lstrip().startswith(">>>"):
+        return True
+    try:
+        tree = ast.parse(body)
+    except SyntaxError:
+        return False
+    # `name: Type` lines alone are an argument list that happens to parse
+    return not all(isinstance(node, ast.AnnAssign) and node.value is None for node in tree.body)
+
+
 def _doc_blocks(doc: str) -> list[Block]:
     """A docstring as prose paragraphs; indented example blocks stay whole as code."""
     blocks: list[Block] = []
@@ -122,7 +137,7 @@ def _doc_blocks(doc: str) -> list[Block]:
         if not para.strip():
             continue
         lines = para.splitlines()
-        if all(line.startswith(("    ", ">>>", "...")) or not line.strip() for line in lines):
+        if all(line.startswith(("    ", ">>>", "...")) or not line.strip() for line in lines) and _is_code(para):
             blocks.append(Block(kind="code", text=inspect.cleandoc(para), language="python"))
         else:
             blocks.append(Block(kind="text", text=para.strip()))

@@ -11,18 +11,15 @@ DeepSpeed's own launcher parser, placeholders make a template. hostfile: `host s
 from __future__ import annotations
 
 import ast
-import contextlib
-import io
 import json
 import re
-import shlex
 from dataclasses import replace
-from functools import lru_cache
 from typing import Any
 
 from indexer.config_catalogue import deepspeed_version
 from indexer.config_check import keys_by_path, validate_config
 from indexer.documents import Snippet
+from indexer.launcher_line import bad_hostfile_lines, launcher_lines, parse_filled
 from indexer.python_check import check_python
 from indexer.snippet_status import CHECKED, FAILS, NOT_CHECKED, TEMPLATE
 
@@ -30,14 +27,12 @@ _BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu")
 _PLACEHOLDER = re.compile(r"\.\.\.|…|<[A-Za-z_ ]+>|\bYOUR_\w+|\[[\w\-]+(?:\|[\w\-]+)+\]")  # [true|false]: pick one
 # a bare name where a value goes (`"shape": [q_size, -1]`, `"model_parallel_size": MP_SIZE`)
 _BARE_NAME = re.compile(r"(?<=[:\[,])\s*(?!(?:true|false|null|True|False|None)\b)([A-Za-z_]\w*)\s*(?=[,\]}\n])")
-_LAUNCH_PLACEHOLDER = re.compile(r"<[^>]+>|\$\{?\w+\}?|\[[\w\-]+(?:\|[\w\-]+)+\]|\.\.\.|…")  # <num_gpus>, $NNODES, [a|b], ...
 _UNCHECKED_KINDS = {
     "shell": "a shell command: not a DeepSpeed config, script or launcher line",
     "output": "program output, shown as printed",
     "yaml": "YAML (another tool's config)",
     "other": "text that is not code DeepSpeed reads",
 }
-_HOSTFILE = re.compile(r"^[\w.\-]+\s+slots\s*=\s*\d+\s*$")
 
 
 def parse_config_text(code: str) -> tuple[Any, bool]:
@@ -147,50 +142,26 @@ def check_ds_config(code: str) -> tuple[str, str]:
     return CHECKED, "; ".join(notes) or "valid for deepspeed's own config parser"
 
 
-@lru_cache(maxsize=1)
-def _launcher_parser() -> Any:
-    from deepspeed.launcher.runner import parse_args
-
-    return parse_args
-
-
 def check_launcher(code: str) -> tuple[str, str]:
-    lines = [line.strip().rstrip("\\").strip() for line in code.replace("\\\n", " ").splitlines()]
-    checked = 0
-    fragment = False
-    fragment_words: list[str] = []
-    for line in lines:
-        if not line or line.startswith("#"):
-            continue
-        try:
-            words = shlex.split(line.lstrip("$ "))
-        except ValueError as exc:
-            return FAILS, f"cannot split the command line: {exc}"
-        placeholders = [w for w in words if _LAUNCH_PLACEHOLDER.search(w)]
-        words = [_LAUNCH_PLACEHOLDER.sub("1", w) for w in words]
-        while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
-            words.pop(0)
-        if not words or words[0] != "deepspeed":
-            continue
-        err = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                _launcher_parser()(words[1:])
-        except SystemExit:
-            message = err.getvalue().strip().splitlines()
-            return FAILS, (message[-1] if message else "rejected by deepspeed's launcher parser")[:300]
-        checked += 1
-        fragment = fragment or bool(placeholders)
-        fragment_words += [m.group(0) for w in placeholders for m in _LAUNCH_PLACEHOLDER.finditer(w)]
-    if not checked:
+    try:
+        lines = launcher_lines(code)
+    except ValueError as exc:
+        return FAILS, f"cannot split the command line: {exc}"
+    filled: list[str] = []
+    for words in lines:
+        args, complaint, _, notes = parse_filled(words)
+        if args is None:
+            return FAILS, complaint
+        filled += [n.split(" ")[1] for n in notes if n.startswith("placeholder")]
+    if not lines:
         return NOT_CHECKED, "no `deepspeed` launcher line (torchrun, srun and mpirun are not DeepSpeed's parser)"
-    if fragment:
-        return TEMPLATE, f"placeholders to fill in ({', '.join(sorted(set(fragment_words))[:3])}); with them filled, deepspeed's launcher parser accepts it"
-    return CHECKED, f"{checked} launcher line(s) accepted by deepspeed's parser"
+    if filled:
+        return TEMPLATE, f"placeholders to fill in ({', '.join(sorted(set(filled))[:3])}); with them filled, deepspeed's launcher parser accepts it"
+    return CHECKED, f"{len(lines)} launcher line(s) accepted by deepspeed's parser"
 
 
 def check_hostfile(code: str) -> tuple[str, str]:
-    bad = [line for line in code.splitlines() if line.strip() and not line.strip().startswith("#") and not _HOSTFILE.match(line.strip())]
+    bad = bad_hostfile_lines(code)
     return (FAILS, f"not 'host slots=N': {bad[0]!r}") if bad else (CHECKED, "every line is 'host slots=N'")
 
 

@@ -9,6 +9,8 @@ import ast
 import json
 import re
 
+from indexer.launcher_line import HOSTFILE_LINE
+
 KINDS = ("ds_config", "python", "launcher", "hostfile", "shell", "yaml", "output", "other")
 
 # Top-level keys that mark a dict as a DeepSpeed config (names from DeepSpeed's config reference).
@@ -34,7 +36,6 @@ _LAUNCH = re.compile(
 )
 # `"zero_optimization": {` / `"fp16": {`: a config excerpt without the outer braces
 _BARE_CONFIG = re.compile(r"^\s*[\"'](\w+)[\"']\s*[:=]")
-_HOSTFILE_LINE = re.compile(r"^[\w.\-]+\s+slots\s*=\s*\d+\s*$")
 _SHELL_START = re.compile(
     r"^(?:\$\s|#\s|pip3?\s|python3?\s|git\s|cd\s|export\s|apt(?:-get)?\s|conda\s|sudo\s|bash\s|sh\s|"
     r"ds_report|ds_bench|ds_nvme_tune|ds_io|ds_elastic|make\s|mkdir\s|ls\s|wget\s|curl\s|docker\s|echo\s|"
@@ -126,7 +127,7 @@ def classify_snippet(code: str, language: str = "") -> tuple[str, str]:
         detected = detect_language(code)
         lang = detected if (not lang or detected != "text") else lang
     lines = _command_lines(code)
-    if lines and all(_HOSTFILE_LINE.match(line) for line in lines):
+    if lines and all(HOSTFILE_LINE.match(line) for line in lines):
         return "hostfile", lang
     if looks_like_config(code) and (lang in _JSON_LANGS | _PY_LANGS | {"text", ""} or _is_pure_dict(code)):
         if lang in _PY_LANGS and not _is_pure_dict(code) and not code.lstrip().startswith("{"):

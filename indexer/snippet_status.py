@@ -71,6 +71,31 @@ def verdict(status: str, reason: str, checked_with: str, run: dict[str, Any] | N
     return Verdict(status if status in STATIC_STATUSES else NOT_CHECKED, words[:400])
 
 
+RUN_OUTCOMES = ("ran", "fails", "not tested (harness)", "not tested (environment)", "skipped", "no run")
+
+
+def run_outcome(run: dict[str, Any] | None) -> str:
+    """A ledger row as one of RUN_OUTCOMES."""
+    if not run:
+        return "no run"
+    status = run.get("status")
+    if status == "passed":
+        return "ran"
+    if status == "skipped":
+        return "skipped"
+    blame = run.get("blame") or BLAME_SNIPPET
+    return "fails" if blame == BLAME_SNIPPET else f"not tested ({blame})"
+
+
+def confusion(statuses: dict[str, str], ledger: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Static status -> run outcome -> count, over the snippets given (id -> static status)."""
+    table: dict[str, dict[str, int]] = {s: dict.fromkeys(RUN_OUTCOMES, 0) for s in STATIC_STATUSES}
+    for sid, status in statuses.items():
+        row = table.setdefault(status, dict.fromkeys(RUN_OUTCOMES, 0))
+        row[run_outcome(ledger.get(sid))] += 1
+    return table
+
+
 # --- the ledger -------------------------------------------------------------------------------
 
 

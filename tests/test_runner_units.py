@@ -13,18 +13,12 @@ import httpx
 import pytest
 
 from eval.answers_eval import percentiles, render_report, svg_bars, svg_histogram
-from eval.executors import (
-    Capabilities,
-    adapt_config,
-    detect_requirements,
-    free_names,
-    prepare,
-    unmet,
-)
+from eval.programs import adapt_config, free_names, prepare
+from eval.requirements import Capabilities, detect_requirements, unmet
 from eval.runner import LocalRunner, RunRequest, RunResult, failure_reason
 from eval.sandbox import is_secret_name, scrub_env
 from eval.verify import write_ledger
-from indexer.documents import content_hash
+from indexer.documents import Snippet, content_hash
 from indexer.snippet_status import read_ledger, verdict
 from tests.conftest import ServerThread
 
@@ -81,8 +75,8 @@ def test_tags_and_capabilities() -> None:
 
 
 def test_skipped_on_cpu_with_reason_and_no_process() -> None:
-    r = LocalRunner(capabilities=CPU).run(RunRequest(kind="ds_config", code='{"train_batch_size": 8, "fp16": {"enabled": true}}'))
-    assert r.status == "skipped" and "fp16" in r.reason and "cpu" in r.reason and r.duration_s == 0
+    r = LocalRunner(capabilities=CPU).run(RunRequest(kind="python", code="import torch\nx = torch.ones(2).half().cuda()"))
+    assert r.status == "skipped" and "cuda" in r.reason and "cpu" in r.reason and r.duration_s == 0
     r = LocalRunner(capabilities=CPU).run(RunRequest(kind="shell", code="ls"))
     assert r.status == "skipped"
 
@@ -125,7 +119,8 @@ def test_launcher_and_hostfile_are_rewritten_for_this_machine() -> None:
     assert "--deepspeed_config" in p.argv and "train.py" in p.files
     p = prepare("launcher", "deepspeed --num_gpus 2 pretrain.py", GPU8)
     assert p.argv[p.argv.index("--num_gpus") + 1] == "2" and any("pretrain.py" in a for a in p.adaptations)
-    assert prepare("launcher", "deepspeed --num_gpus <N> train.py", CPU).skip
+    filled = prepare("launcher", "deepspeed --num_gpus <N> train.py", CPU)
+    assert not filled.skip and filled.adaptations == ["placeholder <N> filled with 1"]
     p = prepare("hostfile", "worker-1 slots=8", CPU)
     assert p.files["hostfile"] == "localhost slots=1\n" and p.adaptations
 
@@ -260,3 +255,41 @@ def test_verify_writes_the_ledger_and_ask_stamps_it(tiny_docs: Path, tmp_path: P
     engine = load_engine(Settings(index_dir=out, no_answer_threshold=0.0), emb)
     reply = ask(engine, AskRequest(question="configure ZeRO stage overlap_comm", k=3))
     assert reply.snippets and all(s.status == "ran" and s.stamp.startswith("ran on cpu, deepspeed 0.19.8") for s in reply.snippets)
+
+
+def test_fp16_config_runs_on_cpu_as_bf16_and_says_so() -> None:
+    from indexer.snippet_status import verdict
+
+    code = '{"train_batch_size": 2, "fp16": {"enabled": true, "loss_scale": 0}}'
+    r = LocalRunner(capabilities=CPU).run(RunRequest(kind="ds_config", code=code, timeout_s=240))
+    assert r.status == "passed", r.stderr[-2000:]
+    assert any(a.startswith("as bf16 on cpu: fp16 needs a GPU") for a in r.adaptations)
+    shown = verdict("checked", "", "0.19.8", {**r.to_json(), "time": "2026-11-30"})
+    assert shown.status == "ran" and "as bf16 on cpu" in shown.words
+
+
+def test_placeholders_are_filled_and_named() -> None:
+    from eval.programs import fill_config_placeholders
+    from indexer.launcher_line import fill_placeholders
+
+    words, notes = fill_placeholders(["deepspeed", "--num_gpus", "<num_gpus>", "<client_entry.py>", "--launcher=[pdsh|openmpi]", "..."])
+    assert words == ["deepspeed", "--num_gpus", "1", "train.py", "--launcher=pdsh"] and len(notes) == 4
+    text, notes = fill_config_placeholders('{"offload_param": {"device": "[cpu|nvme]", "pin_memory": [true|false]}, "mp": MP_SIZE}')
+    assert json.loads(text) == {"offload_param": {"device": "cpu", "pin_memory": True}, "mp": 1} and len(notes) == 3
+
+
+def test_fragment_gets_the_imports_of_its_page() -> None:
+    from eval.verify import page_imports
+
+    def snip(i: str, code: str, path: str = "docs/a.md") -> Snippet:
+        return Snippet(id=i, language="python", kind="python", code=code, chunk_id="c", source_url="u", path=path)
+
+    first = snip("a", "from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum\nx = 1")
+    later = snip("b", "print(OffloadStateTypeEnum.optim_states)")
+    other_page = snip("c", "print(OffloadStateTypeEnum)", path="docs/b.md")
+    ctx = page_imports([first, later, other_page])
+    assert ctx == {"a": "", "b": "from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum", "c": ""}
+    p = prepare("python", later.code, CPU, context=ctx["b"])
+    assert not p.skip and p.files["snippet.py"].startswith("from deepspeed.runtime.zero.offload_config import")
+    assert any("imports from earlier on its page" in a for a in p.adaptations)
+    assert prepare("python", other_page.code, CPU, context="import os; os.system('x')").skip  # only imports are taken

@@ -1,4 +1,4 @@
-"""dsqa: run a DeepSpeed config for real (written into the sandbox by eval/executors.py).
+"""dsqa: run a DeepSpeed config for real (written into the sandbox by eval/programs.py).
 
 A tiny MLP through deepspeed.initialize with ds_config.json, a few real steps (forward, backward,
 step), and a checkpoint save and load when plan.json says the config touches checkpointing.

@@ -1,5 +1,5 @@
 """dsqa's prelude for doc fragments: the names they assume, built only when a snippet uses them
-without defining them (eval/executors.py finds those names with ast).
+without defining them (eval/programs.py finds those names with ast).
 
 model / net: a tiny MLP (16 -> 32 -> 16); calling it with (x, y) or a batch tuple returns the MSE loss.
 optimizer: torch AdamW over model's parameters. engine / model_engine / ds_engine: deepspeed.initialize
@@ -9,8 +9,12 @@ with local_rank=0, deepspeed=True, deepspeed_config=<path of ds_config.json>. da
 a list of 4 (x, y) batches of 2; dataset: a TensorDataset of 8. batch / inputs / labels / x / y: one
 batch. loss: the model's loss on that batch. criterion / loss_fn: MSELoss. device: the engine's
 device. local_rank / rank: 0; world_size: 1. save_dir, ckpt_dir, checkpoint_dir, load_dir: "checkpoints";
-ckpt_id / tag: "step0"; client_sd / client_state: {}. step / epoch: 0. mpu: None. Modules: torch,
-deepspeed, nn, F, np, os, sys, json, math, time, argparse, dist (deepspeed.comm), get_accelerator.
+ckpt_id / tag: "step0"; client_sd / client_state: {}. step / epoch: 0. mpu: None. self / module: the
+tiny model (a method-body excerpt sets its attributes on it). parser: an ArgumentParser.
+micro_batch_size: 2; sequence_parallel_size: 1; trainset: the dataset; dtype: float32; data_iter: an
+iterator over the batches; tensor: one input; chunk_size: 2; output_dir / output_file: "out" /
+"out/result.txt". Modules: torch, deepspeed, nn, F, np, os, sys, json, math, time, random, argparse,
+dist (deepspeed.comm), get_accelerator.
 """
 
 import argparse
@@ -23,7 +27,7 @@ import torch
 D = 16
 _MODULES = {"torch": "torch", "deepspeed": "deepspeed", "nn": "torch.nn", "F": "torch.nn.functional", "np": "numpy",
             "os": "os", "sys": "sys", "json": "json", "math": "math", "time": "time", "argparse": "argparse",
-            "dist": "deepspeed.comm"}
+            "dist": "deepspeed.comm", "random": "random"}
 
 
 class TinyModel(torch.nn.Module):
@@ -67,10 +71,14 @@ def provide(names, client_optimizer=False, device="cpu"):
         "checkpoint_dir": "checkpoints", "load_dir": "checkpoints", "ckpt_id": "step0", "tag": "step0",
         "client_sd": {}, "client_state": {}, "step": 0, "epoch": 0, "mpu": None,
         "parameters": model.parameters(), "model_parameters": model.parameters(), "params": model.parameters(),
+        "self": model, "module": model, "parser": argparse.ArgumentParser(), "micro_batch_size": 2,
+        "sequence_parallel_size": 1, "dtype": torch.float32, "data_iter": iter(batches), "tensor": batches[0][0],
+        "chunk_size": 2, "output_dir": "out", "output_file": "out/result.txt",
     }
     for n in ("data_loader", "dataloader", "train_loader", "trainloader", "train_dataloader"):
         simple[n] = batches
-    for n in ("dataset", "train_dataset", "training_data"):
+    os.makedirs("out", exist_ok=True)
+    for n in ("dataset", "train_dataset", "training_data", "trainset", "cifar_trainset"):
         simple[n] = torch.utils.data.TensorDataset(torch.randn(8, D), torch.randn(8, D))
     args = argparse.Namespace(local_rank=0, deepspeed=True, deepspeed_config="ds_config.json", deepscale=False,
                               deepscale_config=None, deepspeed_mpi=False)

@@ -1,0 +1,372 @@
+"""Turn a snippet into a program that exercises it for real, or a reasoned `skip`.
+
+- ds_config: parsed with `parse_config_text` (placeholders like `[true|false]` take their first
+  choice), merged into a minimal base when it is a fragment, run through `deepspeed.initialize` on a
+  tiny MLP for a few real steps (forward, backward, step), with a checkpoint save and load when the
+  config touches checkpointing. Only world-size-dependent values are adapted (train_batch_size for
+  world size 1, hpZ partition sizes), and fp16 runs as bf16 on CPU; every adaptation is listed in
+  the result. Keys deepspeed would silently ignore fail the run, named.
+- python: run as `snippet.py` with a prelude that supplies the names doc fragments assume
+  (`model`, `optimizer`, `engine`, `args`, `data_loader`...; see `PRELUDE_NAMES`) only when the
+  snippet loads them without binding or importing them (found with `ast`), and the imports its page
+  made in earlier snippets; `>>>` prompts are stripped and elision lines run as `pass`.
+- launcher / hostfile: the `deepspeed` launcher on localhost with a tiny training script (one
+  process on CPU, `--num_gpus` up to the GPUs there are on a GPU host); placeholders filled, named.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib.util
+import json
+import re
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eval.requirements import Capabilities
+from indexer.launcher_line import CHOICE, hostfile_hosts, launcher_lines, parse_filled
+from indexer.python_check import PUBLIC_NAMESPACES, strip_repl
+from indexer.snippet_check import parse_config_text
+
+RUNNABLE_KINDS = ("ds_config", "python", "launcher", "hostfile")
+DRIVERS = Path(__file__).resolve().parent / "drivers"
+
+
+# --------------------------------------------------------------------------- prepared programs
+
+@dataclass
+class Prepared:
+    files: dict[str, str] = field(default_factory=dict)
+    argv: list[str] = field(default_factory=list)
+    adaptations: list[str] = field(default_factory=list)
+    skip: str = ""  # a reason not to run
+    expect_unknown_keys: list[str] = field(default_factory=list)  # fail the run naming these
+
+
+def _driver(name: str) -> str:
+    return (DRIVERS / name).read_text(encoding="utf-8")
+
+
+BASE_CONFIG: dict[str, Any] = {
+    "train_micro_batch_size_per_gpu": 2,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+}
+_BATCH = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+def adapt_config(cfg: dict[str, Any], world_size: int = 1) -> tuple[dict[str, Any], list[str]]:
+    """Merge a fragment into the minimal base and adapt world-size-dependent values only."""
+    cfg = json.loads(json.dumps(cfg))
+    notes: list[str] = []
+    if not any(k in cfg for k in ("train_batch_size", "train_micro_batch_size_per_gpu")):
+        cfg["train_micro_batch_size_per_gpu"] = BASE_CONFIG["train_micro_batch_size_per_gpu"]
+        notes.append("fragment merged into the minimal base: train_micro_batch_size_per_gpu=2")
+    if "optimizer" not in cfg:
+        cfg["optimizer"] = BASE_CONFIG["optimizer"]
+        notes.append("no optimizer block: the base's torch AdamW (lr 1e-3) added")
+    tbs, mbs, gas = (cfg.get(k) for k in _BATCH)
+    if isinstance(tbs, int) and isinstance(mbs, int) and isinstance(gas, int) and tbs != mbs * gas * world_size:
+        cfg["train_batch_size"] = mbs * gas * world_size
+        notes.append(f"train_batch_size {tbs} -> {cfg['train_batch_size']} for world size {world_size} "
+                     f"(micro {mbs} x accumulation {gas})")
+    elif isinstance(tbs, int) and isinstance(mbs, int) and gas is None and tbs % (mbs * world_size):
+        cfg["train_batch_size"] = mbs * world_size
+        notes.append(f"train_batch_size {tbs} -> {cfg['train_batch_size']}: not divisible by micro {mbs} at world size {world_size}")
+    elif isinstance(tbs, int) and isinstance(gas, int) and mbs is None and tbs % (gas * world_size):
+        cfg["train_batch_size"] = gas * world_size
+        notes.append(f"train_batch_size {tbs} -> {cfg['train_batch_size']}: not divisible by accumulation {gas} at world size {world_size}")
+    zero = cfg.get("zero_optimization")
+    if isinstance(zero, dict):
+        for key in ("zero_hpz_partition_size",):
+            v = zero.get(key)
+            if isinstance(v, int) and v > world_size:
+                zero[key] = world_size
+                notes.append(f"zero_optimization.{key} {v} -> {world_size} (must divide world size {world_size})")
+    return cfg, notes
+
+
+_BARE_VALUE = re.compile(r"(?<=:)(\s*)(?!(?:true|false|null|True|False|None)\b)([A-Z_][A-Z0-9_]*)(?=\s*[,}\n])")
+
+
+def fill_config_placeholders(code: str) -> tuple[str, list[str]]:
+    """`[true|false]` and `"[cpu|nvme]"` take their first choice, an UPPER_CASE name where a value
+    goes takes 1; each filling is named in the run's adaptations."""
+    notes: list[str] = []
+
+    def choice(m: re.Match[str]) -> str:
+        notes.append(f"placeholder {m.group(0)} filled with {m.group(2)}")
+        return f'"{m.group(2)}"' if m.group(1) else m.group(2)
+
+    def bare(m: re.Match[str]) -> str:
+        notes.append(f"placeholder {m.group(2)} filled with 1")
+        return f"{m.group(1)}1"
+
+    return _BARE_VALUE.sub(bare, CHOICE.sub(choice, code)), notes
+
+
+def _fp16_enabled(cfg: dict[str, Any]) -> bool:
+    fp16 = cfg.get("fp16")
+    return isinstance(fp16, dict) and fp16.get("enabled") in (True, "true")
+
+
+FP16_ON_CPU = "as bf16 on cpu: fp16 needs a GPU (its loss-scaling keys not exercised)"
+
+
+def fp16_as_bf16(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """On CPU deepspeed raises for fp16: the run trains in bf16 instead, and says so."""
+    cfg = {k: v for k, v in cfg.items() if k != "fp16"}
+    cfg["bf16"] = {"enabled": True}
+    return cfg, FP16_ON_CPU
+
+
+def _touches_checkpointing(cfg: dict[str, Any]) -> bool:
+    if "checkpoint" in cfg:
+        return True
+    zero = cfg.get("zero_optimization")
+    return isinstance(zero, dict) and any("on_model_save" in k or k.startswith("checkpoint") for k in zero)
+
+
+def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
+    from indexer.config_check import validate_config
+
+    filled, notes_filled = fill_config_placeholders(code)
+    try:
+        cfg, fragment = parse_config_text(filled)
+    except ValueError as exc:
+        return Prepared(skip=f"not a readable config: {exc}"[:300])
+    if not isinstance(cfg, dict):
+        return Prepared(skip="not a JSON object")
+    world = 1  # one process per config run
+    run_cfg, notes = adapt_config(cfg, world)
+    notes[:0] = notes_filled
+    if not caps.cuda and _fp16_enabled(run_cfg):
+        run_cfg, note = fp16_as_bf16(run_cfg)
+        notes.insert(0, note)
+    if fragment:
+        notes.insert(0, "placeholders ('...', <...>) removed before parsing")
+    unknown = []
+    for f in validate_config(run_cfg, world_size=world).errors:
+        if "unknown key" in f.message or "removed" in f.message:
+            unknown.append(f"{f.pointer}: {f.message}" + (f" ({f.suggestion})" if f.suggestion else ""))
+    zero: dict[str, Any] = run_cfg["zero_optimization"] if isinstance(run_cfg.get("zero_optimization"), dict) else {}
+    gas = run_cfg.get("gradient_accumulation_steps")
+    if not isinstance(gas, int):
+        tbs, mbs = run_cfg.get("train_batch_size"), run_cfg.get("train_micro_batch_size_per_gpu")
+        gas = tbs // (mbs * world) if isinstance(tbs, int) and isinstance(mbs, int) and mbs else 1
+    prof: dict[str, Any] = run_cfg["flops_profiler"] if isinstance(run_cfg.get("flops_profiler"), dict) else {}
+    steps = max(3, 2 * gas) if gas <= 64 else gas
+    zenflow = zero.get("zenflow") if isinstance(zero.get("zenflow"), dict) else None
+    if zenflow:  # ZenFlow steps the optimizer every update_interval after its warm-up rounds
+        steps = max(steps, (int(zenflow.get("update_interval", 4)) + int(zenflow.get("full_warm_up_rounds", 0)) + 1) * gas)
+    if prof.get("enabled"):
+        steps = max(steps, (int(prof.get("profile_step", 1)) + 1) * gas)
+    plan = {
+        "steps": min(steps, 512),
+        "checkpoint": _touches_checkpointing(run_cfg),
+        "save_16bit": bool(zero.get("stage3_gather_16bit_weights_on_model_save") or zero.get("gather_16bit_weights_on_model_save")),
+        "activation_checkpointing": isinstance(run_cfg.get("activation_checkpointing"), dict),
+        "device": caps.device,
+    }
+    files = {"ds_config.json": json.dumps(run_cfg, indent=2), "plan.json": json.dumps(plan), "driver.py": _driver("ds_config_driver.py")}
+    return Prepared(files=files, argv=[sys.executable, "driver.py"], adaptations=notes, expect_unknown_keys=unknown)
+
+
+# names a doc fragment may use without defining them; supplied by drivers/prelude.py
+PRELUDE_NAMES = frozenset(
+    {
+        "model", "net", "optimizer", "engine", "model_engine", "ds_engine", "args", "cmd_args", "ds_config",
+        "config", "ds_config_path", "config_path", "data_loader", "dataloader", "train_loader", "trainloader",
+        "train_dataloader", "dataset", "train_dataset", "training_data", "batch", "inputs", "labels", "x", "y",
+        "loss", "criterion", "loss_fn", "lr_scheduler", "scheduler", "device", "local_rank", "rank", "world_size",
+        "save_dir", "ckpt_dir", "checkpoint_dir", "load_dir", "ckpt_id", "tag", "client_sd", "client_state",
+        "step", "epoch", "parameters", "model_parameters", "params", "mpu", "torch", "deepspeed", "nn", "np",
+        "os", "sys", "json", "math", "time", "argparse", "dist", "get_accelerator", "F",
+        "self", "module", "parser", "micro_batch_size", "sequence_parallel_size", "trainset", "cifar_trainset",
+        "dtype", "data_iter", "tensor", "chunk_size", "output_dir", "output_file", "random",
+    }
+)
+
+
+def free_names(tree: ast.Module) -> list[str]:
+    """Names the code loads but never binds, imports or gets from builtins (scope-insensitive)."""
+    bound: set[str] = set(dir(builtins)) | {"__name__", "__file__", "__doc__", "__builtins__"}
+    loaded: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Store | ast.Del):
+                bound.add(node.id)
+            elif node.id not in loaded:
+                loaded.append(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for a in node.names:
+                bound.add((a.asname or a.name).split(".")[0])
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+            if not isinstance(node, ast.ClassDef):
+                args = node.args
+                for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+                    if arg is not None:
+                        bound.add(arg.arg)
+        elif isinstance(node, ast.Lambda):
+            for arg in node.args.args:
+                bound.add(arg.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            bound.update(node.names)
+        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.alias):
+            pass
+    return [n for n in loaded if n not in bound]
+
+
+def import_lines(code: str) -> list[str]:
+    """The top-level import statements of a Python snippet (none when it does not parse)."""
+    src = strip_repl(code)
+    try:
+        tree = ast.parse(textwrap.dedent(src if src is not None else code))
+    except SyntaxError:
+        return []
+    return [ast.unparse(node) for node in tree.body
+            if isinstance(node, ast.Import) or (isinstance(node, ast.ImportFrom) and node.level == 0)]
+
+
+def _context_imports(context: str, wanted: set[str]) -> dict[str, str]:
+    """Name -> the import line (from earlier on the page, or deepspeed's public namespaces) that
+    binds it; only import statements are ever taken from the context."""
+    found: dict[str, str] = {}
+    for line in context.splitlines():
+        try:
+            node = ast.parse(line).body[0]
+        except (SyntaxError, IndexError):
+            continue
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        for alias in node.names:
+            name = (alias.asname or alias.name).split(".")[0]
+            if name in wanted and name not in found:
+                found[name] = line
+    for name in sorted(wanted - set(found)):
+        for space in PUBLIC_NAMESPACES:
+            if _public_callable(space, name):
+                found[name] = f"from {space} import {name}"
+                break
+    return found
+
+
+def _public_callable(space: str, name: str) -> bool:
+    try:
+        module = importlib.import_module(space)
+    except Exception:  # noqa: BLE001
+        return False
+    return callable(getattr(module, name, None))
+
+
+_ELISION = re.compile(r"^(\s*)(?:\.{2,}|…|\[\.\.\.\]|#\s*\.\.\.)\s*$")
+
+
+def elisions_as_pass(src: str) -> str:
+    """A doc excerpt's elision lines (`......`, `…`, `[...]`) as `pass`, indentation kept, tabs as
+    spaces: the rest of the excerpt then parses as written."""
+    return "\n".join(_ELISION.sub(r"\1pass", line) for line in src.expandtabs(4).splitlines())
+
+
+def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared:
+    typed = strip_repl(code)
+    src = textwrap.dedent(typed if typed is not None else code)
+    adaptations: list[str] = []
+    try:
+        tree = ast.parse(src)
+    except SyntaxError as exc:
+        repaired = elisions_as_pass(src)
+        try:
+            tree = ast.parse(repaired)
+        except SyntaxError:
+            return Prepared(skip=f"fragment: not complete Python (line {exc.lineno}: {exc.msg})")
+        src = repaired
+        adaptations.append("elided lines ('......') run as `pass`")
+    if any(isinstance(n, ast.Call) and any(isinstance(a, ast.Constant) and a.value is Ellipsis for a in [*n.args, *(k.value for k in n.keywords)])
+           for n in ast.walk(tree)):
+        return Prepared(skip="fragment: '...' placeholders in a call")
+    names = free_names(tree)
+    imported = _context_imports(context, {n for n in names if n not in PRELUDE_NAMES})
+    if imported:
+        src = "\n".join(dict.fromkeys(imported.values())) + "\n" + src
+        adaptations.append("imports from earlier on its page: " + "; ".join(dict.fromkeys(imported.values())))
+        names = [n for n in names if n not in imported]
+    unknown = [n for n in names if n not in PRELUDE_NAMES]
+    if unknown:
+        return Prepared(skip=f"fragment: uses names it does not define and the prelude does not supply: {', '.join(unknown[:6])}")
+    supplied = [n for n in names if n in PRELUDE_NAMES]
+    plan = {"names": supplied, "client_optimizer": "optimizer=" in src, "device": caps.device}
+    files = {"snippet.py": src, "prelude.py": _driver("prelude.py"), "plan.json": json.dumps(plan), "main.py": _driver("python_main.py")}
+    adaptations += [f"prelude supplied: {', '.join(supplied)}"] if supplied else []
+    return Prepared(files=files, argv=[sys.executable, "main.py"], adaptations=adaptations)
+
+
+# --------------------------------------------------------------------------- launcher
+
+def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -> Prepared:
+    adaptations: list[str] = []
+    if hostfile:
+        hosts = hostfile_hosts(code)
+        if not hosts:
+            return Prepared(skip="no 'host slots=N' line")
+        host, slots = hosts[0]
+        want = slots if caps.cuda else 1
+        n = min(want, caps.gpus) if caps.cuda else 1
+        adaptations.append(f"hostfile '{host} slots={slots}' -> 'localhost slots={n}' (this machine)")
+        files = {"hostfile": f"localhost slots={n}\n"}
+        words = ["deepspeed", "--hostfile", "hostfile", "--no_ssh_check", "train.py"]
+        launcher_words = words
+    else:
+        try:
+            lines = launcher_lines(code)
+        except ValueError as exc:
+            return Prepared(skip=f"the command line does not split: {exc}")
+        if not lines:
+            return Prepared(skip="no `deepspeed` launcher line (torchrun, srun and mpirun are not run)")
+        args, err, launcher_words, filled = parse_filled(lines[0])
+        adaptations += filled
+        if args is None:
+            return Prepared(files={"err.txt": err}, argv=[sys.executable, "-c", f"import sys; sys.exit({json.dumps('deepspeed launcher rejected the line: ' + err)})"])
+        if args.module or args.no_python:
+            return Prepared(skip="runs a module or a non-Python program (--module / --no_python): nothing of ours to substitute")
+        files = {}
+        words = ["deepspeed"]
+        for flag in ("master_port", "bind_cores_to_rank", "bind_core_list", "log_level", "enable_each_rank_log"):
+            v = getattr(args, flag, None)
+            if v not in (None, False, "", -1) and f"--{flag}" in " ".join(launcher_words):
+                words += [f"--{flag}"] if v is True else [f"--{flag}", str(v)]
+        if caps.cuda:
+            n = args.num_gpus if args.num_gpus and args.num_gpus > 0 else caps.gpus
+            words += ["--num_gpus", str(min(n, caps.gpus))]
+        else:
+            words += ["--num_gpus", "1"]
+            if args.num_gpus != 1:
+                adaptations.append("one process on CPU (--num_gpus 1)")
+        words.append("train.py")
+        if args.user_script != "train.py":
+            adaptations.append(f"user script {args.user_script} -> dsqa's tiny training script (its arguments kept for parsing)")
+        words += list(args.user_args)
+    files["train.py"] = _driver("tiny_train.py")
+    files["ds_config.json"] = json.dumps({**BASE_CONFIG, "steps_per_print": 1})
+    argv = [sys.executable, "-m", "deepspeed.launcher.runner", *words[1:]]
+    return Prepared(files=files, argv=argv, adaptations=adaptations)
+
+
+def prepare(kind: str, code: str, caps: Capabilities, context: str = "") -> Prepared:
+    if kind == "ds_config":
+        return prepare_ds_config(code, caps)
+    if kind == "python":
+        return prepare_python(code, caps, context)
+    if kind == "launcher":
+        return prepare_launcher(code, caps)
+    if kind == "hostfile":
+        return prepare_launcher(code, caps, hostfile=True)
+    return Prepared(skip=f"{kind} snippets are not run")

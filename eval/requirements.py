@@ -1,0 +1,284 @@
+"""What a snippet needs to run, and what a runner's machine offers.
+
+Requirements are detected from the code (and the notes' `requires=` tags), never guessed: fp16,
+CUDA-only code and ops, GDS, NCCL, several GPUs or nodes, libaio, packages that are not installed,
+and HF `"auto"` values. A runner that lacks one reports `skipped` with the reason, unless a CPU run
+can meet it by adapting the snippet and saying so (`cpu_adaptable`: an fp16 config runs as bf16).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import io
+import os
+import re
+import sys
+import textwrap
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from indexer.launcher_line import hostfile_hosts, launcher_lines, parse_filled
+from indexer.snippet_check import parse_config_text
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a runner's machine offers."""
+
+    device: str  # "cpu" or "cuda" (with the GPU name in `label`)
+    gpus: int = 0
+    aio: bool = False
+    gds: bool = False
+    nodes: int = 1
+    label: str = "cpu"
+
+    @property
+    def cuda(self) -> bool:
+        return self.device == "cuda" and self.gpus > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "gpus": self.gpus, "aio": self.aio, "gds": self.gds, "nodes": self.nodes, "label": self.label}
+
+
+def _op_compatible(name: str) -> bool:
+    try:
+        from deepspeed.accelerator import get_accelerator
+
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            builder = get_accelerator().create_op_builder(name)
+            return bool(builder is not None and builder.is_compatible(verbose=False))
+    except Exception:  # noqa: BLE001 - an op that cannot even be asked about is not available
+        return False
+
+
+@lru_cache(maxsize=1)
+def detect_capabilities() -> Capabilities:
+    """This machine: CUDA GPUs when torch sees them and DS_ACCELERATOR is not forced to cpu."""
+    import torch
+
+    forced_cpu = os.environ.get("DS_ACCELERATOR", "") == "cpu"
+    if torch.cuda.is_available() and not forced_cpu:
+        n = torch.cuda.device_count()
+        name = torch.cuda.get_device_name(0)
+        return Capabilities(device="cuda", gpus=n, aio=_op_compatible("AsyncIOBuilder"), gds=_op_compatible("GDSBuilder"),
+                            label=f"cuda ({n}x {name})")
+    return Capabilities(device="cpu", gpus=0, aio=False, gds=False, label="cpu")
+
+
+# --------------------------------------------------------------------------- requirements
+
+@dataclass(frozen=True)
+class Requirement:
+    name: str  # gpu | fp16 | cuda | nccl | gds | libaio | nvme | multi-gpu | multi-node | hf-auto | network | package:X
+    why: str
+    count: int = 1  # GPUs or nodes for multi-gpu / multi-node
+
+
+_CUDA_CODE = re.compile(
+    r"\.cuda\(|\btorch\.cuda\.(?!is_available)|get_accelerator\(\)\.device\(|[\"']cuda(?::\d+)?[\"']|\bFusedAdam\b|\bFusedLamb\b|\bFusedLion\b|"
+    r"\bcuda_graph|\bdeepspeed\.ops\.transformer\b|\bDeepSpeedTransformerLayer\b|\bapex\b|\btriton\b|\binit_inference\b"
+)
+_HUB = re.compile(r"\b(?:from_pretrained|load_dataset|snapshot_download|hf_hub_download)\(\s*[\"'](?![./~])([\w\-]+(?:/[\w\-.]+)?)[\"']")
+_FP16_CODE = re.compile(r"\.half\(\)|\btorch\.(?:float16|half)\b|--fp16\b")
+_FP16_CFG = re.compile(r"[\"']fp16[\"']\s*:\s*\{[^{}]*[\"']enabled[\"']\s*:\s*(?:true|True)")
+_NCCL = re.compile(r"[\"']nccl[\"']|\bNCCL\b(?!_)|dist_backend\s*=\s*[\"']nccl")
+_GDS = re.compile(r"\bgds\b|GDSBuilder|gds_handle|[\"']use_gds[\"']\s*:\s*(?:true|True)", re.I)
+_AIO = re.compile(r"\basync_io\b|\baio_handle\b|AsyncIOBuilder|\bAsyncIOHandle\b")
+_NUM_STAGES = re.compile(r"\bnum_stages\s*=\s*(\d+)")
+_MULTI_SIZE = re.compile(r"\b(?:ep_size|mp_size|tp_size|tensor_parallel_size|sequence_parallel_size)\s*=\s*(\d+)")
+
+
+def _walk_items(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.append((f"{prefix}/{k}", v))
+            out.extend(_walk_items(v, f"{prefix}/{k}"))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out.extend(_walk_items(v, f"{prefix}/{i}"))
+    return out
+
+
+def config_requirements(cfg: dict[str, Any]) -> list[Requirement]:
+    reqs: list[Requirement] = []
+    fp16 = cfg.get("fp16")
+    if isinstance(fp16, dict) and fp16.get("enabled") in (True, "true"):
+        reqs.append(Requirement("fp16", "the config enables fp16"))
+    amp = cfg.get("amp")
+    if isinstance(amp, dict) and amp.get("enabled") in (True, "true"):
+        reqs.append(Requirement("cuda", "the config enables apex amp"))
+    opt = cfg.get("optimizer")
+    if isinstance(opt, dict) and str(opt.get("type", "")).lower() in ("lamb", "fusedlamb"):
+        reqs.append(Requirement("cuda", f"optimizer {opt.get('type')} is the CUDA FusedLamb"))
+    zero: dict[str, Any] = cfg["zero_optimization"] if isinstance(cfg.get("zero_optimization"), dict) else {}
+    quant = [k for k in ("zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_nontrainable_weights") if zero.get(k) is True]
+    if quant:
+        reqs.append(Requirement("cuda", f"ZeRO++ {', '.join(quant)} use the CUDA quantizer op"))
+    autos = [p for p, v in _walk_items(cfg) if v == "auto"]
+    if autos:
+        reqs.append(Requirement("hf-auto", f"'auto' values ({', '.join(autos[:3])}) are filled in by the Hugging Face Trainer"))
+    for p, v in _walk_items(cfg):
+        if p.endswith("/device") and v == "nvme":
+            reqs.append(Requirement("nvme", f"{p.rsplit('/', 1)[0]} offloads to NVMe (libaio and an NVMe path)"))
+            break
+    if "aio" in cfg:
+        reqs.append(Requirement("libaio", "the config has an aio block (DeepNVMe)"))
+    if any(p.endswith("/use_gds") and v is True for p, v in _walk_items(cfg)):
+        reqs.append(Requirement("gds", "the config asks for GPUDirect Storage"))
+    for block, package, online in (("tensorboard", "tensorboard", False), ("wandb", "wandb", True), ("comet", "comet_ml", True)):
+        mon = cfg.get(block)
+        if isinstance(mon, dict) and mon.get("enabled") in (True, "true"):
+            reqs.append(Requirement(f"package:{package}", f"the {block} monitor is enabled"))
+            if online:
+                reqs.append(Requirement("network", f"the {block} monitor logs to an online service"))
+    tp = cfg.get("tensor_parallel")
+    n_tp = tp.get("autotp_size", tp.get("tp_size", 1)) if isinstance(tp, dict) else 1
+    if isinstance(n_tp, int) and n_tp > 1:
+        n = n_tp
+        reqs.append(Requirement("multi-gpu", f"tensor parallel size {n}", n))
+    sp = cfg.get("sequence_parallel_size")
+    if isinstance(sp, int) and sp > 1:
+        reqs.append(Requirement("multi-gpu", f"sequence parallel size {sp}", sp))
+    return reqs
+
+
+def _top_imports(tree: ast.AST) -> set[str]:
+    mods: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            mods.add(node.module.split(".")[0])
+    return mods
+
+
+@lru_cache(maxsize=512)
+def package_installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def python_requirements(code: str, tree: ast.AST | None) -> list[Requirement]:
+    reqs: list[Requirement] = []
+    if _FP16_CODE.search(code) or (_FP16_CFG.search(code) and re.search(r"\binitialize\(|\binit_inference\(", code)):
+        reqs.append(Requirement("fp16", "the code trains or casts in fp16"))
+    m = _CUDA_CODE.search(code)
+    if m:
+        reqs.append(Requirement("cuda", f"CUDA-only code ({m.group(0).strip()!s})"))
+    if _NCCL.search(code):
+        reqs.append(Requirement("nccl", "uses the NCCL backend"))
+    hub = _HUB.search(code)
+    if hub:
+        reqs.append(Requirement("network", f"downloads {hub.group(1)} from the Hugging Face Hub"))
+    if _GDS.search(code):
+        reqs.append(Requirement("gds", "uses GPUDirect Storage"))
+    if _AIO.search(code):
+        reqs.append(Requirement("libaio", "uses DeepNVMe async I/O (libaio)"))
+    for pat, what in ((_NUM_STAGES, "pipeline stages"), (_MULTI_SIZE, "parallel size")):
+        for m2 in pat.finditer(code):
+            n = int(m2.group(1))
+            if n > 1:
+                reqs.append(Requirement("multi-gpu", f"{n} {what} ({m2.group(0)})", n))
+    if tree is not None:
+        for mod in sorted(_top_imports(tree)):
+            if mod not in sys.builtin_module_names and not package_installed(mod):
+                reqs.append(Requirement(f"package:{mod}", f"imports {mod}, which is not installed"))
+    return reqs
+
+
+def detect_requirements(kind: str, code: str, tags: tuple[str, ...] | list[str] = ()) -> list[Requirement]:
+    """Everything the snippet needs beyond one CPU process with deepspeed and torch."""
+    reqs = [Requirement(t, f"tagged requires={t}") for t in tags if t and t != "cpu"]
+    if kind == "ds_config":
+        try:
+            cfg, _ = parse_config_text(code)
+        except ValueError:
+            cfg = None
+        if isinstance(cfg, dict):
+            reqs += config_requirements(cfg)
+    elif kind == "python":
+        try:
+            tree: ast.AST | None = ast.parse(textwrap.dedent(code))
+        except SyntaxError:
+            tree = None
+        reqs += python_requirements(code, tree)
+    elif kind == "launcher":
+        reqs += launcher_requirements(code)
+    elif kind == "hostfile":
+        hosts = hostfile_hosts(code)
+        if len(hosts) > 1:
+            reqs.append(Requirement("multi-node", f"{len(hosts)} hosts in the hostfile", len(hosts)))
+    return reqs
+
+
+def unmet(reqs: list[Requirement], caps: Capabilities) -> list[Requirement]:
+    missing: list[Requirement] = []
+    for r in reqs:
+        ok: bool
+        if r.name in ("gpu", "cuda", "fp16", "nccl"):
+            ok = caps.cuda
+        elif r.name == "multi-gpu":
+            ok = caps.cuda and caps.gpus >= max(r.count, 2)
+        elif r.name == "multi-node":
+            ok = caps.nodes >= max(r.count, 2)
+        elif r.name in ("libaio", "nvme"):
+            ok = caps.aio
+        elif r.name == "gds":
+            ok = caps.gds
+        elif r.name in ("hf-auto", "network"):  # sandboxed runs have no network
+            ok = False
+        elif r.name.startswith("package:"):
+            ok = package_installed(r.name.split(":", 1)[1])
+        else:  # an unknown tag: do not pretend to satisfy it
+            ok = False
+        if not ok:
+            missing.append(r)
+    return missing
+
+
+def cpu_adaptable(kind: str, requirement: Requirement) -> bool:
+    """A requirement a CPU run meets by adapting the snippet (and saying so in its adaptations)."""
+    return kind == "ds_config" and requirement.name == "fp16"
+
+
+def launcher_requirements(code: str) -> list[Requirement]:
+    reqs: list[Requirement] = []
+    try:
+        lines = launcher_lines(code)
+    except ValueError:
+        lines = []
+    for raw in lines:
+        args, _, words, _ = parse_filled(raw)
+        if args is None:
+            continue
+        if args.num_nodes and args.num_nodes > 1:
+            reqs.append(Requirement("multi-node", f"--num_nodes {args.num_nodes}", args.num_nodes))
+        if args.num_gpus and args.num_gpus > 1:
+            reqs.append(Requirement("multi-gpu", f"--num_gpus {args.num_gpus}", args.num_gpus))
+        if args.include:
+            slots = re.findall(r"[\w.\-]+(?::([\d,]+))?", args.include)
+            hosts = [h for h in args.include.split("@") if h]
+            if len(hosts) > 1:
+                reqs.append(Requirement("multi-node", f"--include {args.include}", len(hosts)))
+            n = sum(len(s.split(",")) for s in slots if s)
+            if n > 1:
+                reqs.append(Requirement("multi-gpu", f"--include {args.include}", n))
+        if args.master_addr and args.master_addr not in ("localhost", "127.0.0.1"):
+            reqs.append(Requirement("multi-node", f"--master_addr {args.master_addr}", 2))
+        if args.launcher and args.launcher.lower() != "pdsh" or args.force_multi:
+            reqs.append(Requirement("multi-node", f"--launcher {args.launcher} / --force_multi", 2))
+        if args.hostfile and "--hostfile" in " ".join(words) or any(w.startswith(("-H", "--hostfile")) for w in words[1:]):
+            reqs.append(Requirement("multi-node", f"a hostfile ({args.hostfile}) that this snippet does not include", 2))
+        if args.autotuning:
+            reqs.append(Requirement("gpu", "--autotuning runs experiments that measure GPU memory and throughput"))
+        if "--fp16" in words:
+            reqs.append(Requirement("fp16", "--fp16"))
+    return reqs
+
+
