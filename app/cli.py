@@ -78,14 +78,21 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from app.api import create_app
+    from app.engine import load_engine
     from app.logs import configure_logging
+    from indexer.store import IndexError_, check_index
 
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
     # the app sees the real bind address (the MCP transport's DNS-rebinding guard depends on it)
     settings = settings.model_copy(update={"host": args.host or settings.host, "port": args.port or settings.port})
     configure_logging(json_lines=settings.log_json)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=not settings.log_json)
+    try:  # a damaged index stops the start with one line; a missing one starts not-ready (503 until built)
+        engine = load_engine(settings, strict=True) if check_index(settings.index_dir) else None
+    except IndexError_ as exc:
+        print(f"dsqa: {exc}", file=sys.stderr)
+        return 3
+    uvicorn.run(create_app(settings, engine), host=settings.host, port=settings.port, log_level="info", access_log=not settings.log_json)
     return 0
 
 
@@ -123,6 +130,8 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
+    from pydantic import ValidationError
+
     from app.ask import ask
     from app.engine import load_engine
     from app.errors import InvalidInput
@@ -132,8 +141,10 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
         settings = settings.model_copy(update={"index_dir": args.index})
     try:
         request = AskRequest(question=args.question, k=args.k, topic=args.topic)
-    except ValueError as exc:
-        raise InvalidInput(str(exc).splitlines()[-1] if str(exc) else "invalid question", field_name="question") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first.get("loc", ())) or "question"
+        raise InvalidInput(f"{first.get('msg', 'invalid value')}", field_name=field) from exc
     response = ask(load_engine(settings), request)
     if args.json:
         _print_json(response.model_dump())

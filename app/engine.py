@@ -14,7 +14,7 @@ import httpx
 from threadpoolctl import threadpool_limits
 
 from app.coverage import load_abstention
-from app.errors import IndexNotReady, IndexUnusable
+from app.errors import IndexNotReady
 from app.glossary import Glossary
 from app.linear_model import LinearModel
 from app.llm_client import LlmClient
@@ -99,12 +99,16 @@ def llm_client(settings: Settings, http: httpx.Client | None = None) -> LlmClien
                      timeout_s=settings.llm_timeout_s, http=http)
 
 
-def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: httpx.Client | None = None) -> Engine:
-    """Load the index and the model; an unusable index gives an engine that is not ready.
-    `llm_http`: the client the generation endpoint is called with (tests pass a mock transport)."""
+def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: httpx.Client | None = None,
+                *, strict: bool = False) -> Engine:
+    """Load the index and the model; an unusable index gives an engine that is not ready (with
+    `strict`, IndexError_ is raised instead). `llm_http`: the client the generation endpoint is
+    called with (tests pass a mock transport)."""
     try:
         index = load_index(settings.index_dir)
     except IndexError_ as exc:
+        if strict:
+            raise
         log.error("index not loaded: %s", exc)
         return Engine(settings=settings, index=None, retriever=None, problem=str(exc))
     # the query path multiplies small matrices: OpenBLAS threads that spin after each product would
@@ -113,7 +117,11 @@ def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: 
     if embedder is None:
         embedder = make_embedder(settings.embedding_model)
     if index.manifest.get("model") != embedder.name:
-        raise IndexUnusable(f"index was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it")
+        problem = f"index at {settings.index_dir} was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it"
+        if strict:
+            raise IndexError_(problem)
+        log.error("index not loaded: %s", problem)
+        return Engine(settings=settings, index=None, retriever=None, problem=problem)
     glossary = Glossary.load(settings.glossary)
     retriever = HybridRetriever(
         index,

@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -115,7 +116,9 @@ def write_index(
         raise ValueError("text units do not match the chunks and the unit vectors")
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    recover_swap(out)
+    remove_stale_builds(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-{os.getpid()}-", dir=out.parent))
     try:
         _write_jsonl(tmp / "chunks.jsonl", [c.to_json() for c in chunks])
         _write_jsonl(tmp / "snippets.jsonl", [s.to_json() for s in snippets])
@@ -149,6 +152,42 @@ def _carry_ledger(old: Path, new: Path, snippet_ids: set[str]) -> None:
         write_ledger_rows(new, list(read_ledger(old).values()), keep=snippet_ids)
 
 
+def recover_swap(out: Path) -> None:
+    """A build killed between its two renames leaves no index at `out` and the previous one at
+    `.NAME.old-PID`: put that one back (the new one, never swapped in, is dropped by the next build)."""
+    out = Path(out)
+    if out.exists() or not out.parent.is_dir():
+        return
+    olds = sorted(out.parent.glob(f".{out.name}.old-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in olds:
+        if (old / MANIFEST).is_file():
+            os.replace(old, out)
+            return
+
+
+def remove_stale_builds(out: Path) -> list[Path]:
+    """Remove `.NAME.building-PID-*` and `.NAME.old-PID` folders whose build process is gone."""
+    removed = []
+    for leftover in [*out.parent.glob(f".{out.name}.building-*"), *out.parent.glob(f".{out.name}.old-*")]:
+        m = re.search(r"\.(?:building|old)-(\d+)", leftover.name)
+        pid = int(m.group(1)) if m else None
+        if pid is not None and pid != os.getpid() and _alive(pid):
+            continue
+        shutil.rmtree(leftover, ignore_errors=True)
+        removed.append(leftover)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _swap_into_place(tmp: Path, out: Path) -> None:
     old: Path | None = None
     if out.exists():
@@ -177,30 +216,67 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
+def check_index(path: Path) -> bool:
+    """False when there is no index at `path` (not built yet); True when it is whole; raises
+    IndexError_ naming the file and the problem when it is damaged: a manifest without checksums,
+    a file missing or changed."""
+    path = Path(path)
+    recover_swap(path)
+    if not (path / MANIFEST).is_file():
+        return False
+    manifest = read_manifest(path)
+    checksums = manifest.get("checksums")
+    if not isinstance(checksums, dict) or not checksums:
+        raise IndexError_(f"index at {path} is damaged: {MANIFEST} has no checksums; rebuild it")
+    for rel, digest in checksums.items():
+        file = path / rel
+        if not file.is_file() or _sha256(file) != digest:
+            raise IndexError_(f"index at {path} is damaged: {rel} is missing or changed; rebuild it")
+    return True
+
+
+def _read(path: Path, rel: str, reader: Any) -> Any:
+    """One index file read, any failure as IndexError_ naming the file."""
+    try:
+        return reader(path / rel)
+    except IndexError_:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a truncated or garbled file, whatever the library raises
+        raise IndexError_(f"index at {path} is damaged: {rel} cannot be read ({type(exc).__name__}: {str(exc)[:120]}); rebuild it") from exc
+
+
+def _jsonl(file: Path) -> list[dict[str, Any]]:
+    with file.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _bm25(file: Path) -> bm25s.BM25:
+    with contextlib.redirect_stdout(None):
+        return bm25s.BM25.load(str(file))
+
+
 def load_index(path: Path, verify: bool = True) -> LoadedIndex:
     path = Path(path)
-    manifest = read_manifest(path)
     if verify:
-        for rel, digest in manifest.get("checksums", {}).items():
-            file = path / rel
-            if not file.is_file() or _sha256(file) != digest:
-                raise IndexError_(f"index at {path} is damaged: {rel} is missing or changed; rebuild it")
-    with (path / "chunks.jsonl").open(encoding="utf-8") as f:
-        chunks = [Chunk.from_json(json.loads(line)) for line in f if line.strip()]
-    snippets: dict[str, Snippet] = {}
-    with (path / "snippets.jsonl").open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                s = Snippet.from_json(json.loads(line))
-                snippets[s.id] = s
-    vectors = faiss.read_index(str(path / "vectors.faiss"))
-    unit_vectors = np.load(path / UNIT_VECTORS)
-    with (path / UNITS).open(encoding="utf-8") as f:
-        units = [[Unit(str(t), int(b)) for t, b in json.loads(line)["units"]] for line in f if line.strip()]
-    if len(units) != len(chunks) or sum(len(u) for u in units) != len(unit_vectors):
-        raise IndexError_(f"index at {path} is damaged: the text units do not match the chunks; rebuild it")
-    with contextlib.redirect_stdout(None):
-        bm25 = bm25s.BM25.load(str(path / "bm25"))
+        if not check_index(path):
+            read_manifest(path)  # raises the "no index" error
+    manifest = read_manifest(path)
+    chunks: list[Chunk] = _read(path, "chunks.jsonl", lambda f: [Chunk.from_json(row) for row in _jsonl(f)])
+    snippets: dict[str, Snippet] = {s.id: s for s in _read(path, "snippets.jsonl", lambda f: [Snippet.from_json(r) for r in _jsonl(f)])}
+    vectors = _read(path, "vectors.faiss", lambda f: faiss.read_index(str(f)))
+    unit_vectors = _read(path, UNIT_VECTORS, np.load)
+    units = _read(path, UNITS, lambda f: [[Unit(str(t), int(b)) for t, b in row["units"]] for row in _jsonl(f)])
+    counted = (manifest.get("counts") or {}).get("chunks")
+    problems = [
+        (vectors.ntotal != len(chunks), f"vectors.faiss holds {vectors.ntotal} vectors for {len(chunks)} chunks"),
+        (vectors.d != manifest.get("dimension"), f"the manifest says dimension {manifest.get('dimension')}, the vectors have {vectors.d}"),
+        (counted is not None and counted != len(chunks), f"the manifest counts {counted} chunks, chunks.jsonl holds {len(chunks)}"),
+        (len(units) != len(chunks) or sum(len(u) for u in units) != len(unit_vectors), "the text units do not match the chunks"),
+    ]
+    for bad, what in problems:
+        if bad:
+            raise IndexError_(f"index at {path} is damaged: {what}; rebuild it")
+    bm25 = _read(path, "bm25", _bm25)
     return LoadedIndex(
         path=path, manifest=manifest, chunks=chunks, snippets=snippets, vectors=vectors, bm25=bm25,
         verification=read_ledger(path), units=units, unit_vectors=unit_vectors,

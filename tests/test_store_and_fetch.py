@@ -6,6 +6,9 @@ import hashlib
 import http.server
 import io
 import json
+import os
+import subprocess
+import sys
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -60,6 +63,74 @@ def test_damaged_index_is_refused(tiny_docs: Path, tmp_path: Path) -> None:
         load_index(out)
     with pytest.raises(IndexError_, match="manifest.json is missing"):
         load_index(tmp_path / "nowhere")
+
+
+def _rewrite_manifest(out: Path, **changes: object) -> None:
+    manifest = json.loads((out / "manifest.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            manifest.pop(key, None)
+        else:
+            manifest[key] = value
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _recheck(out: Path) -> None:
+    """Recompute the checksums, as a careless hand edit of the manifest would."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["checksums"] = {rel: hashlib.sha256((out / rel).read_bytes()).hexdigest() for rel in manifest["checksums"]}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("no-checksums", "manifest.json has no checksums"),
+        ("half-the-chunks", "chunks.jsonl is missing or changed"),
+        ("half-the-chunks-rechecked", "vectors for "),  # the vectors no longer match the chunks
+        ("dimension", "the manifest says dimension 768"),
+        ("truncated-faiss-rechecked", "vectors.faiss cannot be read"),
+        ("bad-json-rechecked", "chunks.jsonl cannot be read"),
+    ],
+)
+def test_every_damaged_index_is_refused_with_one_line(tiny_docs: Path, tmp_path: Path, damage: str, message: str) -> None:
+    out = tmp_path / "index"
+    build_index(out, HashEmbedder(), docs_dir=tiny_docs, notes_dir=None, cache_dir=None, progress=False)
+    if damage == "no-checksums":
+        _rewrite_manifest(out, checksums=None)
+    elif damage.startswith("half-the-chunks"):
+        lines = (out / "chunks.jsonl").read_text().splitlines(keepends=True)
+        (out / "chunks.jsonl").write_text("".join(lines[: len(lines) // 2]))
+    elif damage == "dimension":
+        _rewrite_manifest(out, dimension=768)
+    elif damage.startswith("truncated-faiss"):
+        data = (out / "vectors.faiss").read_bytes()
+        (out / "vectors.faiss").write_bytes(data[: len(data) // 3])
+    elif damage.startswith("bad-json"):
+        with (out / "chunks.jsonl").open("a") as f:
+            f.write("{not json\n")
+    if damage.endswith("rechecked"):
+        _recheck(out)
+    with pytest.raises(IndexError_) as caught:
+        load_index(out)
+    text = str(caught.value)
+    assert message in text and "\n" not in text and text.endswith("rebuild it")
+    env = {**os.environ, "DSQA_INDEX_DIR": str(out), "DSQA_EMBEDDING_MODEL": "hash-64"}
+    serve = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--port", "9"], env=env, capture_output=True, text=True, timeout=120)
+    assert serve.returncode == 3 and serve.stderr.strip().startswith("dsqa: index at") and "Traceback" not in serve.stderr
+
+
+def test_a_build_killed_between_the_two_renames_is_recovered(tiny_docs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "index"
+    build_index(out, HashEmbedder(), docs_dir=tiny_docs, notes_dir=None, cache_dir=None, progress=False)
+    chunks = (out / "chunks.jsonl").read_text()
+    # the state a kill leaves after `index -> .index.old-PID` and before `.building -> index`
+    dead_pid = 2**22 + 17
+    os.replace(out, tmp_path / f".index.old-{dead_pid}")
+    (tmp_path / f".index.building-{dead_pid}-abc").mkdir()
+    assert load_index(out).chunks and (out / "chunks.jsonl").read_text() == chunks  # the previous index is back
+    build_index(out, HashEmbedder(), docs_dir=tiny_docs, notes_dir=None, cache_dir=None, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".index")) == []  # leftovers removed
 
 
 def _tarball(docs: Path) -> bytes:
@@ -154,3 +225,12 @@ def test_rebuild_keeps_verification_runs_of_unchanged_snippets(tiny_docs: Path, 
     (out / "verification.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     build_index(out, HashEmbedder(), docs_dir=tiny_docs, notes_dir=None, cache_dir=None, progress=False)
     assert set(load_index(out).verification) == {ids[0]}
+
+
+def test_serve_refuses_an_index_of_another_model_with_one_line(tiny_docs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "index"
+    build_index(out, HashEmbedder(), docs_dir=tiny_docs, notes_dir=None, cache_dir=None, progress=False)
+    env = {**os.environ, "DSQA_INDEX_DIR": str(out)}  # the service loads the real model
+    env.pop("DSQA_EMBEDDING_MODEL", None)
+    serve = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--port", "9"], env=env, capture_output=True, text=True, timeout=180)
+    assert serve.returncode == 3 and "was built with hash-64" in serve.stderr and "Traceback" not in serve.stderr
