@@ -75,9 +75,18 @@ def _failing_line(code: str, text: str) -> str:
     return source[lines[-1] - 1]
 
 
-def blame_failure(kind: str, code: str, status: str, reason: str, stderr: str = "") -> Blame:
-    """Who is at fault for a run that ended `failed`, `timeout` or `killed`."""
+_SHAPE_ERROR = re.compile(r"(?:AttributeError: '(\w+)' object has no attribute|TypeError: '(\w+)' object is not (?:callable|subscriptable))")
+_STAND_IN_SHAPES = {"tuple", "list", "TensorDataset", "TinyModel", "Namespace", "NoneType", "Sequential", "ArgumentParser"}
+
+
+def blame_failure(kind: str, code: str, status: str, reason: str, stderr: str = "", adaptations: list[str] | None = None) -> Blame:
+    """Who is at fault for a run that ended `failed`, `timeout` or `killed`; `adaptations`: what the
+    harness did to run it (names the prelude supplied, placeholders it filled)."""
     text = f"{stderr[-4000:]}\n{reason}"
+    adaptations = adaptations or []
+    filled = [a.rsplit(" filled with ", 1)[1] for a in adaptations if " filled with " in a]
+    if any(f"'{value}'" in text for value in filled):
+        return Blame(BLAME_HARNESS, "a placeholder dsqa filled in does not fit what the command expects")
     if status == "timeout":
         return Blame(BLAME_ENVIRONMENT, "ran past the time limit of this runner")
     if status == "killed":
@@ -110,12 +119,21 @@ def blame_failure(kind: str, code: str, status: str, reason: str, stderr: str = 
             return Blame(BLAME_HARNESS, f"the harness stands in None for '{head.group(1)}', which the snippet's page sets up")
     if any(name in text for name in ("TinyModel(", "TinyModel'")) and "TypeError" in text:
         return Blame(BLAME_HARNESS, "the harness's stand-in model or batch is not shaped like the tutorial's")
+    shape = _SHAPE_ERROR.search(text)
+    if shape and any(a.startswith("prelude supplied") for a in adaptations) and (shape.group(1) or shape.group(2)) in _STAND_IN_SHAPES:
+        return Blame(BLAME_HARNESS, f"the harness's stand-ins are not shaped like the tutorial's objects (a {shape.group(1) or shape.group(2)})")
+    if "no MoE layers detected" in text:
+        return Blame(BLAME_HARNESS, "the harness's tiny model is not the MoE model the config is written for")
+    if failing and re.search(r"\bis_pinned\b|\bpin_memory\b", failing) and "AssertionError" in text:
+        return Blame(BLAME_ENVIRONMENT, "the CPU accelerator does not pin memory")
     if "ZeRO stage 0" in text and "zero_optimization" not in code:
         return Blame(BLAME_HARNESS, "the harness's engine runs ZeRO stage 0; the snippet's page configures another stage")
     if m:
         owner, attr = m.groups()
         if owner == "DeepSpeedEngine" and attr in _OTHER_ENGINE_METHODS:
             return Blame(BLAME_HARNESS, f"'{attr}' belongs to another engine type than the one the harness built")
+        if owner in ("TinyModel", "Namespace"):  # only the harness makes these
+            return Blame(BLAME_HARNESS, f"the harness's stand-in {owner} lacks '{attr}', which the tutorial's own object has")
         if owner in STAND_INS and not re.search(rf"\b{re.escape(attr)}\b\s*=", code):
             return Blame(BLAME_HARNESS, f"the harness's stand-in {owner} lacks '{attr}', which the tutorial's own object has")
     if kind == "python" and _MISSING_STATE.search(text) and re.search(r"load_checkpoint|_checkpoint\(|from_pretrained|open\(|torch\.load|load_state_dict", code):

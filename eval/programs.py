@@ -30,7 +30,7 @@ from typing import Any
 from eval.requirements import Capabilities
 from indexer.launcher_line import CHOICE, hostfile_hosts, launcher_lines, parse_filled
 from indexer.python_check import PUBLIC_NAMESPACES, strip_repl
-from indexer.snippet_check import parse_config_text
+from indexer.snippet_check import parse_config_text, placed
 
 RUNNABLE_KINDS = ("ds_config", "python", "launcher", "hostfile")
 DRIVERS = Path(__file__).resolve().parent / "drivers"
@@ -140,9 +140,10 @@ def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
         return Prepared(skip=f"not a readable config: {exc}"[:300])
     if not isinstance(cfg, dict):
         return Prepared(skip="not a JSON object")
+    cfg, where = placed(cfg)
     world = 1  # one process per config run
     run_cfg, notes = adapt_config(cfg, world)
-    notes[:0] = notes_filled
+    notes[:0] = notes_filled + ([f"an excerpt: placed under {where}"] if where else [])
     if not caps.cuda and _fp16_enabled(run_cfg):
         run_cfg, note = fp16_as_bf16(run_cfg)
         notes.insert(0, note)

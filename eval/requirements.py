@@ -140,6 +140,10 @@ def config_requirements(cfg: dict[str, Any]) -> list[Requirement]:
     if isinstance(n_tp, int) and n_tp > 1:
         n = n_tp
         reqs.append(Requirement("multi-gpu", f"tensor parallel size {n}", n))
+    ep = cfg.get("expert_parallel")
+    n_ep = ep.get("autoep_size", 1) if isinstance(ep, dict) and ep.get("enabled", True) else 1
+    if isinstance(n_ep, int) and n_ep > 1:
+        reqs.append(Requirement("multi-gpu", f"expert parallel size {n_ep}", n_ep))
     sp = cfg.get("sequence_parallel_size")
     if isinstance(sp, int) and sp > 1:
         reqs.append(Requirement("multi-gpu", f"sequence parallel size {sp}", sp))

@@ -210,7 +210,7 @@ class LocalRunner:
             if prepared.expect_unknown_keys:
                 base.reason = (base.reason[:250] + " || static check: " + "; ".join(prepared.expect_unknown_keys[:2]))[:600]
         if base.status in ("failed", "timeout", "killed"):
-            blame = blame_failure(request.kind, request.code, base.status, base.reason, base.stderr)
+            blame = blame_failure(request.kind, request.code, base.status, base.reason, base.stderr, base.adaptations)
             base.blame, base.blame_why = blame.party, blame.why
         return base
 

@@ -190,6 +190,14 @@ def _semantic(cfg: dict[str, Any], world_size: int, result: ValidationResult) ->
                 Finding(f"/zero_optimization/{block}", f"{block} is ignored at ZeRO stage {stage}: it needs stage {'3' if needed == 3 else '1 or higher'}", f"set zero_optimization.stage to {max(needed, 2) if block == 'offload_optimizer' else 3}", doc_url(["zero_optimization"]))
             )
     _check_named_types(cfg, result)
+    # what DeepSpeedEngine / the ZeRO-3 optimizer refuse at initialize, after the config parser accepted it
+    params = _block(_block(cfg, "optimizer"), "params")
+    if "max_grad_norm" in params:
+        result.errors.append(Finding("/optimizer/params/max_grad_norm", "deepspeed refuses 'max_grad_norm' as an optimizer parameter at initialize",
+                                     "set the top-level gradient_clipping instead", doc_url(["gradient_clipping"])))
+    if str(_block(cfg, "optimizer").get("type", "")).lower() == "muon" and stage == 3 and zero.get("reduce_scatter", True) is not False:
+        result.errors.append(Finding("/zero_optimization/reduce_scatter", "ZeRO-3 refuses Muon with reduce_scatter on (the default) at initialize",
+                                     "set zero_optimization.reduce_scatter to false", doc_url(["zero_optimization"])))
     off = zero.get("offload_optimizer")
     opt = _block(cfg, "optimizer")
     opt_type = str(opt.get("type", "")).lower()

@@ -146,6 +146,26 @@ def _signature(obj: Any) -> inspect.Signature | None:
         return None
 
 
+@lru_cache(maxsize=2048)
+def _always_raises(obj: Any) -> str:
+    """The exception a deepspeed function raises before doing anything else (a removed API kept as
+    a stub that only raises), '' otherwise."""
+    func = getattr(obj, "__func__", obj)
+    if not inspect.isfunction(func):
+        return ""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    except (OSError, TypeError, SyntaxError):
+        return ""
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return ""
+    body = [n for n in node.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str))]
+    if body and isinstance(body[0], ast.Raise) and body[0].exc is not None:
+        return ast.unparse(body[0].exc)[:160]
+    return ""
+
+
 def _bind_problem(name: str, obj: Any, call: ast.Call) -> str:
     if not callable(obj) or any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
         return ""
@@ -198,6 +218,9 @@ def python_problems(tree: ast.AST) -> tuple[list[Problem], int]:
             if obj is None or obj is _MISSING:
                 continue
             message = _bind_problem(name, obj, node)
+            raised = _always_raises(obj) if not message else ""
+            if raised:
+                message = f"`{name}` only raises in deepspeed {deepspeed_version()}: {raised}"
             if message:
                 problems.append(Problem(node.lineno, message))
     unique = {(p.line, p.message): p for p in problems}

@@ -100,6 +100,13 @@ def _nest(cfg: dict[str, Any], section: str) -> dict[str, Any]:
     return cfg
 
 
+def placed(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """An excerpt nested into the section its keys belong to when they are not top-level keys
+    (`"offload_param": {...}` goes under zero_optimization): (config, section or '')."""
+    where = place_fragment(cfg)
+    return (_nest(cfg, where), where) if where else (cfg, "")
+
+
 def check_json_excerpt(code: str) -> tuple[str, str, str]:
     """(kind, status, reason) of a JSON block that did not look like a config by its keys alone:
     checked as a ds_config when its keys are a DeepSpeed config's (placed in their section)."""
@@ -127,6 +134,8 @@ def check_ds_config(code: str) -> tuple[str, str]:
         return FAILS, (f"not valid JSON or a Python dict: {fix}" if fix else str(exc))
     if not isinstance(cfg, dict):
         return FAILS, "not a JSON object"
+    cfg, where = placed(cfg)
+    fragment = fragment or bool(where)
     if not any(k in cfg for k in _BATCH_KEYS):
         fragment = True
         cfg = {"train_micro_batch_size_per_gpu": 1, **cfg}
@@ -136,7 +145,7 @@ def check_ds_config(code: str) -> tuple[str, str]:
         return FAILS, f"{first.pointer or '/'}: {first.message}" + (f" ({first.suggestion})" if first.suggestion else "")
     if _PLACEHOLDER.search(code):
         return TEMPLATE, "placeholders to fill in; the rest is valid merged into a minimal config"
-    notes = [] if not fragment else ["an excerpt, valid merged into a minimal config"]
+    notes = [] if not fragment else [f"an excerpt{f' of `{where}`' if where else ''}, valid merged into a minimal config"]
     if re.search(r"//|/\*|^\s*#", code, re.M) or re.search(r",\s*[}\]]", code):
         notes.append("remove the comments and trailing commas before using it as a JSON file")
     return CHECKED, "; ".join(notes) or "valid for deepspeed's own config parser"

@@ -130,6 +130,8 @@ def test_python_calls_bind_to_the_installed_signatures() -> None:
     status, reason = check_python("import deepspeed\nengine, *_ = deepspeed.initialize(model=m, config=c)\nengine.empty_partition_cache()")
     assert status == "checked" and "names resolve" in reason  # written in full: looked at, and bound
     assert check_python("deepspeed.initialize(model=m, config=c, no_such_arg=1)")[0] == "fails"
+    status, reason = check_python('deepspeed.utils.groups.initialize(ep_size="desired expert-parallel world size")')
+    assert status == "fails" and "only raises" in reason and "DeprecatedException" in reason  # a removed API kept as a stub
     assert check_python("import deepspeed\ndeepspeed.init_distributed(dist_backend=...)")[0] == "template"
 
 
@@ -152,6 +154,14 @@ def test_kinds_that_fit_repl_output_bare_config_and_templates() -> None:
     assert check_ds_config('{"train_batch_size": 8, "tensor_parallel": {"autotp_size": TP_SIZE}}') == ("template", "values to fill in: TP_SIZE")
     status, reason = check_ds_config('{"train_batch_size": 8, "aio": {"thread_count": 1}}')
     assert status == "fails" and "thread_count" in reason  # 0.19.8 ignores it silently
+    # refused only at initialize, after the config parser accepted them (found by running the docs)
+    status, reason = check_ds_config('{"optimizer": {"type": "Adam", "params": {"lr": 1e-4, "max_grad_norm": 1.0}}}')
+    assert status == "fails" and "max_grad_norm" in reason and "gradient_clipping" in reason
+    muon = '"optimizer": {"type": "Muon", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 3}'
+    assert check_ds_config(muon)[0] == "fails"
+    assert check_ds_config(muon.replace('"stage": 3', '"stage": 3, "reduce_scatter": false'))[0] == "checked"
+    status, reason = check_ds_config('"offload_param": {"device": "cpu", "pin_memory": true}')
+    assert status == "checked" and "excerpt of `zero_optimization`" in reason  # placed where its keys belong
 
 
 def test_a_json_excerpt_is_checked_in_the_section_its_keys_belong_to() -> None:
@@ -199,8 +209,9 @@ def test_json_output_stays_clean_when_deepspeed_warns(tmp_path: Path) -> None:
     cfg = tmp_path / "warns.json"  # DeepSpeed logs a warning about max_grad_norm while parsing this
     cfg.write_text(json.dumps({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 0.001, "max_grad_norm": 1.0}}}))
     out = subprocess.run([sys.executable, "-m", "app.cli", "validate-config", str(cfg), "--json"], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["valid"] is True
+    assert out.returncode == 1, out.stderr  # valid for the parser, refused by deepspeed.initialize
+    report = json.loads(out.stdout)  # stdout is the JSON report alone
+    assert report["valid"] is False and report["errors"][0]["pointer"] == "/optimizer/params/max_grad_norm"
 
 
 def test_reference_prose_is_joined_only_to_its_own_key(real_docs: Path) -> None:
@@ -239,5 +250,17 @@ def test_blame_rules_on_small_cases() -> None:
     assert blame_failure("python", "engine.step()", "failed", "NameError: name 'engine' is not defined").party == "harness"
     assert blame_failure("python", "deepspeed.initialize(model=m, config={'zero_optimization': {'stage': 9}})", "failed",
                          "ValueError: 9 is not a valid ZeroStageEnum").party == "snippet"
-    own = blame_failure("python", "model.network = 1\nmodel.network.x", "failed", "AttributeError: 'TinyModel' object has no attribute 'network'")
-    assert own.party == "snippet"  # the snippet set the attribute itself: not the stand-in's gap
+    own = blame_failure("python", "net = MyNet()\nnet.network.x", "failed", "AttributeError: 'MyNet' object has no attribute 'network'")
+    assert own.party == "snippet"  # the snippet's own class: not a stand-in's gap
+    prelude = ["prelude supplied: data_loader, chunk_size, model_engine"]
+    shaped = blame_failure("python", "for batch in data_loader:\n    batch.split(chunk_size)", "failed",
+                           "AttributeError: 'tuple' object has no attribute 'split'", adaptations=prelude)
+    assert shaped.party == "harness"
+    assert blame_failure("python", "for m in engine.gradient_accumulation_steps():\n    pass", "failed",
+                         "TypeError: 'int' object is not iterable", adaptations=["prelude supplied: engine"]).party == "snippet"
+    filled = ["placeholder <comma-separated-dash-range> filled with x"]
+    assert blame_failure("launcher", "deepspeed --bind_core_list <r> t.py", "failed",
+                         "ValueError: Bad range: 'x', range must be a number", adaptations=filled).party == "harness"
+    pinned = blame_failure("python", "p = get_accelerator().pin_memory(t)\nassert get_accelerator().is_pinned(p)", "failed",
+                           "AssertionError", 'File "snippet.py", line 2\nAssertionError')
+    assert pinned.party == "environment"
