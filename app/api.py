@@ -11,17 +11,19 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.ask import ask, ask_events
 from app.background_verify import BackgroundVerify
 from app.engine import Engine, load_engine
 from app.errors import DsqaError, IndexNotReady, InvalidInput, to_reply
+from app.input_policy import BodyLimit, parse_json
 from app.mcp_server import mount_mcp
 from app.metrics import mount_metrics, set_index_chunks, set_verify_progress
 from app.schemas import AskRequest, AskResponse
-from app.settings import Settings
+from app.settings import Settings, input_limits
 from app.slack_bot import mount_slack
 from app.web import mount_web
 from indexer.config_check import validate_config
@@ -34,6 +36,13 @@ def _field_of(error: dict[str, Any]) -> str:
         return "body"
     loc = [str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path")]
     return ".".join(loc) or "body"
+
+
+_ERROR_REPLIES: dict[int | str, dict[str, Any]] = {
+    413: {"description": "body larger than the limit (DSQA_MAX_BODY_BYTES)"},
+    422: {"description": "invalid input: {error: invalid_input, message, field}"},
+    503: {"description": "index not loaded yet, or too many questions in flight (Retry-After)"},
+}
 
 
 def _sse(event: str, data: dict[str, Any]) -> str:
@@ -72,6 +81,13 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         reply = to_reply(exc)
         return JSONResponse(status_code=reply.status_code, content=reply.body)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and "parsing the body" in str(exc.detail):  # not UTF-8, or too deep for json
+            return JSONResponse(status_code=422, content={"error": "invalid_input", "field": "body",
+                                                          "message": f"body: not valid JSON (UTF-8, nested under {settings.max_json_depth} levels)"})
+        return JSONResponse(status_code=exc.status_code, content={"detail": exc.detail}, headers=getattr(exc, "headers", None))
+
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
@@ -97,10 +113,19 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             set_verify_progress(int(progress.get("done", 0)), int(progress.get("total", 0)))
         return JSONResponse(status_code=200, content=body)
 
-    @app.post("/ask", response_model=AskResponse, tags=["ask"])
-    async def ask_route(body: AskRequest, request: Request) -> AskResponse | StreamingResponse:
+    inflight = {"n": 0}
+
+    @app.post("/ask", response_model=AskResponse, tags=["ask"], responses=_ERROR_REPLIES)
+    async def ask_route(body: AskRequest, request: Request) -> AskResponse | Response:
+        if inflight["n"] >= settings.max_inflight_asks:  # shed load instead of queueing for seconds
+            return JSONResponse(status_code=503, headers={"Retry-After": "1"},
+                                content={"error": "overloaded", "message": f"more than {settings.max_inflight_asks} questions in flight; retry shortly"})
         if not body.stream:
-            return await run_in_threadpool(ask, request.app.state.engine, body)
+            inflight["n"] += 1
+            try:
+                return await run_in_threadpool(ask, request.app.state.engine, body)
+            finally:
+                inflight["n"] -= 1
         events = ask_events(request.app.state.engine, body)
         first = await run_in_threadpool(next, events)  # retrieval errors (index not ready) answer as JSON
 
@@ -114,12 +139,10 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
     @app.post("/validate-config", tags=["config"])
     async def validate_config_route(request: Request, world_size: int = 1) -> JSONResponse:
         raw = await request.body()
-        try:
-            data = json.loads(raw) if raw.strip() else None
-            if isinstance(data, str):  # a config sent as a JSON string
-                data = json.loads(data)
-        except ValueError as exc:
-            raise InvalidInput(f"body is not JSON: {exc}", field_name="body") from exc
+        limits = input_limits(settings)
+        data = parse_json(raw, limits) if raw.strip() else None
+        if isinstance(data, str):  # a config sent as a JSON string
+            data = parse_json(data.encode("utf-8"), limits)
         if world_size < 1 or world_size > 1_000_000:
             raise InvalidInput("world_size must be between 1 and 1000000", field_name="world_size")
         result = await run_in_threadpool(validate_config, data, world_size)
@@ -131,6 +154,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             raise IndexNotReady("the service is still starting; try again in a moment")
         return eng
 
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     mount_metrics(app)
     app.state.mcp = mount_mcp(app, settings, current_engine)
     mount_slack(app, settings, current_engine)

@@ -216,12 +216,18 @@ def cmd_train_abstention(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_validate_config(args: argparse.Namespace, settings: Settings) -> int:
+    from app.errors import InvalidInput
+    from app.input_policy import parse_json
+    from app.settings import input_limits
     from indexer.config_check import validate_config
 
     try:
-        data = json.loads(Path(args.file).read_text(encoding="utf-8"))
-    except (OSError, UnicodeError, ValueError) as exc:
-        print(f"dsqa: cannot read {args.file} as JSON: {exc}", file=sys.stderr)
+        data = parse_json(Path(args.file).read_bytes(), input_limits(settings), field_name="file")
+    except OSError as exc:
+        print(f"dsqa: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+    except InvalidInput as exc:
+        print(f"dsqa: cannot read {args.file} as a config: {exc.message}", file=sys.stderr)
         return 2
     result = validate_config(data, world_size=args.world_size)
     if args.json:

@@ -8,7 +8,6 @@ FastAPI app (`mount_mcp`, its session manager run from the app's lifespan).
 
 # no `from __future__ import annotations`: the SDK reads the tool signatures to build their schemas
 
-import json
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,8 +23,9 @@ from app.ask import ask, best_snippets, snippet_out
 from app.config_option import docs_root, find_option
 from app.engine import Engine, load_engine
 from app.errors import DsqaError, InvalidInput, NotFound, as_text
+from app.input_policy import check_json, parse_json
 from app.schemas import MAX_K, AskRequest, AskResponse, SnippetOut
-from app.settings import Settings
+from app.settings import Settings, input_limits
 from indexer.config_check import validate_config as check_config
 
 log = logging.getLogger(__name__)
@@ -193,12 +193,12 @@ def build_mcp_server(get_engine: EngineGetter, settings: Settings, lifespan: Any
     ) -> str:
         """Check a DeepSpeed config against the installed deepspeed: unknown keys, types, removed keys, batch maths."""
         with _tool_errors():
-            data: Any = config
+            limits = input_limits(settings)
             if isinstance(config, str):
-                try:
-                    data = json.loads(config)
-                except ValueError as exc:
-                    raise InvalidInput(f"config is not JSON: {exc}", field_name="config") from exc
+                data: Any = parse_json(config.encode("utf-8", "surrogatepass"), limits, field_name="config")
+            else:
+                check_json(config, limits, field_name="config")
+                data = config
             return render_validation(check_config(data, world_size).to_json(), budget)
 
     @server.tool(structured_output=False)

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.input_policy import InputLimits
 from corpus import GLOSSARY_ZH, NOTES_DIR
 
 
@@ -42,6 +43,11 @@ class Settings(BaseSettings):
     port: int = 8000
     max_question_chars: int = 2000
     max_k: int = 20
+    # one input policy for every door (app/input_policy.py): 413 over the body limit, 422 past the JSON limits
+    max_body_bytes: int = 1_000_000
+    max_json_depth: int = 64
+    max_json_keys: int = 20_000
+    max_inflight_asks: int = 32  # /ask beyond this many at once: 503 with Retry-After, not a queue
 
     # optional generation through an OpenAI-compatible endpoint
     llm_url: str | None = None
@@ -65,3 +71,7 @@ class Settings(BaseSettings):
     verify_timeout_s: float = 120.0  # per snippet
     mcp_max_words: int = 1500  # word budget of one MCP tool reply
     log_json: bool = True  # one JSON line per request (route, status, duration) on the dsqa.access logger
+
+
+def input_limits(settings: Settings) -> InputLimits:
+    return InputLimits(max_body_bytes=settings.max_body_bytes, max_json_depth=settings.max_json_depth, max_json_keys=settings.max_json_keys)

@@ -10,8 +10,11 @@ Without a signing secret the routes exist but answer 503 with how to configure t
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -139,13 +142,57 @@ def build_bolt_app(settings: Settings, get_engine: EngineGetter) -> App:
     return bolt
 
 
+REPLAY_WINDOW_S = 300  # Slack's own: a signed request older than five minutes is refused
+
+
+class ReplayGuard:
+    """Each signature is answered once within the window (a replayed signed request is not)."""
+
+    def __init__(self, window_s: float = REPLAY_WINDOW_S) -> None:
+        self.window_s = window_s
+        self.seen: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def answered(self, signature: str, now: float) -> bool:
+        with self.lock:
+            for sig, at in list(self.seen.items()):
+                if now - at > self.window_s:
+                    del self.seen[sig]
+            return signature in self.seen
+
+    def record(self, signature: str, now: float) -> None:
+        with self.lock:
+            self.seen[signature] = now
+
+
+def _unauthorised(message: str) -> Response:
+    return Response(status_code=401, media_type="application/json",
+                    content=json.dumps({"error": "unauthorised", "message": message}))
+
+
 def mount_slack(app: FastAPI, settings: Settings, get_engine: EngineGetter) -> None:
     handler = SlackRequestHandler(build_bolt_app(settings, get_engine)) if settings.slack_signing_secret else None
+    guard = ReplayGuard()
 
     async def slack_route(request: Request) -> Response:
         if handler is None:
             raise NotConfigured(NOT_CONFIGURED)
-        return await handler.handle(request)
+        stamp = request.headers.get("x-slack-request-timestamp", "")
+        signature = request.headers.get("x-slack-signature", "")
+        if not stamp.isdigit() or not signature:  # Bolt would raise on int("abc")
+            return _unauthorised("missing or malformed X-Slack-Request-Timestamp / X-Slack-Signature")
+        if guard.answered(signature, time.time()):
+            log.warning("slack: a replayed signed request was not answered again")
+            return Response(status_code=200, content=b"")
+        try:
+            reply = await handler.handle(request)
+        except Exception:  # noqa: BLE001 - a signed but malformed body must not be a 500
+            log.warning("slack: a request Bolt could not read (malformed body)")
+            return Response(status_code=400, media_type="application/json",
+                            content=json.dumps({"error": "invalid_input", "message": "the Slack payload could not be read", "field": "body"}))
+        if reply.status_code == 200:  # only a verified request is remembered
+            guard.record(signature, time.time())
+        return reply
 
     for path, summary in (("/slack/commands", "Slack slash command /deepspeed"), ("/slack/events", "Slack Events API (app mentions)")):
         app.add_api_route(path, slack_route, methods=["POST"], tags=["slack"], summary=summary, include_in_schema=True)

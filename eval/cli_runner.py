@@ -88,7 +88,8 @@ def cmd_runner_serve(args: argparse.Namespace, settings: Any) -> int:
         print("dsqa: set DSQA_RUNNER_TOKEN (clients send it as a bearer token)", file=sys.stderr)
         return 2
     allowed = None if args.allow_any else allowed_hashes(args.index or settings.index_dir)
-    app = create_runner_app(token=token, allowed=allowed, slots=args.slots, queue_limit=args.queue)
+    app = create_runner_app(token=token, allowed=allowed, slots=args.slots, queue_limit=args.queue,
+                            max_timeout_s=args.max_timeout, max_memory_mb=args.max_memory_mb)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0
 
@@ -149,6 +150,8 @@ def add_runner_commands(sub: Any, ev: Any) -> None:
     s.add_argument("--port", type=int, default=8100)
     s.add_argument("--slots", type=int, help="jobs at once (default: the GPU count, 1 on CPU)")
     s.add_argument("--queue", type=int, default=8, help="jobs waiting beyond the slots before 429")
+    s.add_argument("--max-timeout", type=float, default=600.0, help="cap on a request's timeout_s")
+    s.add_argument("--max-memory-mb", type=int, default=16_384, help="cap on a request's memory_mb")
     s.set_defaults(fn=cmd_runner_serve)
 
     s = ev.add_parser("answers", help="ask a running service, score retrieval, run the returned snippets, write a report")

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel, Field
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from eval.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, LocalRunner, RunRequest
@@ -58,8 +59,13 @@ def create_runner_app(
     runner: LocalRunner | None = None,
     slots: int | None = None,
     queue_limit: int = 8,
+    max_body_bytes: int = 1_000_000,
+    max_timeout_s: float = 600.0,
+    max_memory_mb: int = 16_384,
 ) -> FastAPI:
-    """allowed=None means --allow-any; otherwise only these code hashes run."""
+    """allowed=None means --allow-any; otherwise only these code hashes run. The token is checked
+    before a byte of the body is read; a body over `max_body_bytes` is 413; a request's time and
+    memory are capped by this host's limits (the result says so); the schema is behind the token."""
     if not token:
         raise ValueError("the runner service needs a token: set DSQA_RUNNER_TOKEN")
     local = runner or LocalRunner()
@@ -67,7 +73,7 @@ def create_runner_app(
     n_slots = slots or (caps.gpus if caps.cuda else 1)
     gpu_pool: list[int] = list(range(caps.gpus)) if caps.cuda else []
     state: dict[str, Any] = {"in": 0, "running": 0, "served": 0}
-    app = FastAPI(title="dsqa snippet runner", version="0.1.0")
+    app = FastAPI(title="dsqa snippet runner", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
     sem = asyncio.Semaphore(n_slots)
 
     def check_auth(request: Request) -> None:
@@ -81,9 +87,32 @@ def create_runner_app(
         return {"status": "ok", "device": caps.label, "slots": n_slots, "running": state["running"],
                 "queued": state["in"] - state["running"], "queue_limit": queue_limit, "allow_any": allowed is None}
 
-    @app.post("/run")
-    async def run(body: RunBody, request: Request) -> dict[str, Any]:
+    @app.get("/openapi.json", include_in_schema=False)
+    async def schema(request: Request) -> dict[str, Any]:
         check_auth(request)
+        return get_openapi(title=app.title, version=app.version, routes=app.routes)
+
+    async def read_body(request: Request) -> RunBody:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_body_bytes:
+            raise HTTPException(status_code=413, detail=f"body larger than {max_body_bytes} bytes")
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > max_body_bytes:
+                raise HTTPException(status_code=413, detail=f"body larger than {max_body_bytes} bytes")
+        try:
+            return RunBody.model_validate_json(bytes(raw))
+        except ValidationError as exc:  # the reason, never the body echoed back
+            errors = exc.errors()
+            field = ".".join(str(p) for p in errors[0]["loc"]) if errors else "body"
+            message = errors[0]["msg"] if errors else "invalid body"
+            raise HTTPException(status_code=422, detail=f"{field or 'body'}: {message}") from None
+
+    @app.post("/run", openapi_extra={"requestBody": {"content": {"application/json": {"schema": RunBody.model_json_schema()}}}})
+    async def run(request: Request) -> dict[str, Any]:
+        check_auth(request)
+        body = await read_body(request)
         digest = content_hash(body.code, length=12)
         if allowed is not None and digest not in allowed:
             raise HTTPException(status_code=403, detail=f"snippet {digest} is not in this runner's index (start it with --allow-any to run any code)")
@@ -96,7 +125,8 @@ def create_runner_app(
                 gpu = gpu_pool.pop(0) if gpu_pool else None
                 try:
                     req = RunRequest(kind=body.kind, code=body.code, id=body.id or digest, requires=tuple(body.requires),
-                                     timeout_s=body.timeout_s, memory_mb=body.memory_mb, context=body.context)
+                                     timeout_s=min(body.timeout_s, max_timeout_s), memory_mb=min(body.memory_mb, max_memory_mb),
+                                     context=body.context)
                     result = await run_in_threadpool(local.run, req, gpu_ids=None if gpu is None else [gpu])
                 finally:
                     if gpu is not None:

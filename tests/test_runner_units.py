@@ -222,6 +222,14 @@ def test_runner_service_auth_hash_and_queue_bound() -> None:
             t.join()
         assert sorted(codes) == [200, 200, 429, 429]  # one running + one queued; the rest refused
         assert httpx.get(server.url + "/healthz").json()["slots"] == 1
+        # the token before the body: no token, a 2 MB body, a 401 that echoes nothing back
+        huge = httpx.post(url, content=b"x" * 2_000_000, headers={"content-type": "application/json"})
+        assert huge.status_code == 401 and len(huge.content) < 500
+        assert httpx.post(url, content=b"x" * 2_000_000, headers=auth).status_code == 413
+        junk = httpx.post(url, content=b'{"kind": "python", "code": "' + b"y" * 5000 + b'", "timeout_s": -1}', headers=auth)
+        assert junk.status_code == 422 and b"yyyy" not in junk.content
+        assert httpx.get(server.url + "/openapi.json").status_code == 401 and httpx.get(server.url + "/docs").status_code == 404
+        assert "/run" in httpx.get(server.url + "/openapi.json", headers=auth).json()["paths"]
     with pytest.raises(ValueError):
         create_runner_app(token="", allowed=None, runner=_SlowStub())
 

@@ -145,6 +145,32 @@ def test_bad_signature_or_stale_timestamp_is_401(slack_server: ServerThread, fak
     assert not any(p == "/response/3" for p, _ in fake_slack.calls)
 
 
+@pytest.mark.parametrize("stamp", ["abc", "1e9", "", "-5"])
+def test_a_malformed_timestamp_is_401_not_500(slack_server: ServerThread, fake_slack: FakeSlack, stamp: str) -> None:
+    body = command_body(fake_slack, "zero", 4)
+    h = {**signed(body, content_type=FORM), "X-Slack-Request-Timestamp": stamp}
+    r = httpx.post(slack_server.url + "/slack/commands", content=body, headers=h, timeout=10)
+    assert r.status_code == 401 and r.json()["error"] == "unauthorised"
+
+
+def test_a_signed_malformed_body_is_400_not_500(slack_server: ServerThread) -> None:
+    body = '{"type": "event_callback", "event": '  # cut short, but signed
+    r = httpx.post(slack_server.url + "/slack/events", content=body, headers=signed(body, content_type="application/json"), timeout=10)
+    assert r.status_code in (400, 401) and r.status_code != 500
+
+
+def test_a_replayed_signed_command_is_answered_once(slack_server: ServerThread, fake_slack: FakeSlack) -> None:
+    body = command_body(fake_slack, "How do I configure ZeRO stage 2 overlap_comm?", 5)
+    headers = signed(body, content_type=FORM)
+    first = httpx.post(slack_server.url + "/slack/commands", content=body, headers=headers, timeout=10)
+    fake_slack.wait_for("/response/5")
+    again = httpx.post(slack_server.url + "/slack/commands", content=body, headers=headers, timeout=10)
+    assert first.status_code == 200 and "Looking it up" in first.text
+    assert again.status_code == 200 and again.text == ""
+    time.sleep(1.0)
+    assert sum(1 for p, _ in fake_slack.calls if p == "/response/5") == 1
+
+
 def test_events_url_verification(slack_server: ServerThread) -> None:
     body = json.dumps({"token": "legacy", "challenge": "challenge-xyz", "type": "url_verification"})
     r = httpx.post(slack_server.url + "/slack/events", content=body, headers=signed(body, content_type="application/json"), timeout=10)
