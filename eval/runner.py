@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from eval.failure_blame import blame_failure
 from eval.programs import RUNNABLE_KINDS, prepare
 from eval.requirements import Capabilities, cpu_adaptable, detect_capabilities, detect_requirements, unmet
-from eval.sandbox import free_port, run_sandboxed, scrub_env
+from eval.sandbox import PIDS_MAX, free_port, run_sandboxed, scrub_env
 from indexer.documents import Snippet, content_hash
 
 STATUSES = ("passed", "failed", "timeout", "killed", "skipped")
@@ -193,6 +193,9 @@ class LocalRunner:
             self._drop_stale_locks(started)
         if box.timed_out:
             base.status, base.reason = "timeout", f"no result within {request.timeout_s:g} s (killed)"
+        elif box.limits_hit and box.returncode != 0:
+            base.status = "killed"
+            base.reason = f"the run as a whole hit its {' and '.join(box.limits_hit)} limit (memory {request.memory_mb} MB, {PIDS_MAX} processes and threads): " + failure_reason(box.stderr)
         elif "MemoryError" in box.stderr[-3000:] or "std::bad_alloc" in box.stderr[-3000:] or "Cannot allocate memory" in box.stderr[-3000:]:
             base.status, base.reason = "killed", f"memory limit ({request.memory_mb} MB address space): " + failure_reason(box.stderr)
         elif box.signal:

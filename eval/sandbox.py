@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from eval.run_cgroup import RunCgroup
+
 MAX_OUTPUT_CHARS = 20_000
 
 # Environment variables a snippet may see (exact names), plus the prefixes below; nothing else.
@@ -65,6 +67,7 @@ class SandboxResult:
     timed_out: bool = False
     signal: int | None = None  # the signal that ended it, if any
     isolation: list[str] = field(default_factory=list)
+    limits_hit: list[str] = field(default_factory=list)  # cgroup limits the run ran into (memory, pids)
 
 
 def _truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
@@ -145,11 +148,18 @@ def _keep_visible(env: Mapping[str, str]) -> str:
     return ":".join(dict.fromkeys(p for p in paths if p and ":" not in p and " " not in p))
 
 
-def _limits(memory_mb: int | None) -> None:  # runs in the child between fork and exec
+FILE_MB = 1024  # the largest file a run may write (RLIMIT_FSIZE): a flood of output cannot fill the disk
+PIDS_MAX = 512  # processes and threads of one run together (its cgroup)
+
+
+def _limits(memory_mb: int | None, group: RunCgroup | None) -> None:  # runs in the child between fork and exec
     os.setsid()
+    if group is not None:
+        group.join()  # everything this program starts stays inside the run's memory and pids bounds
     if memory_mb:
         cap = int(memory_mb) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_MB * 1024 * 1024, FILE_MB * 1024 * 1024))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
@@ -185,23 +195,31 @@ def run_sandboxed(
             isolation = ["timeout", "env_allowlist", "temp_cwd"]
         if memory_mb:
             isolation.insert(1, "rlimit_as")
+        isolation.append("rlimit_fsize")
+        group = RunCgroup.create(memory_mb, PIDS_MAX)  # the run as a whole; None where cgroups are not ours
+        isolation += group.bounds if group is not None else []
         t0 = time.monotonic()
         timed_out = False
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            proc = subprocess.Popen(
-                cmd, cwd=sbx, env=child_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                preexec_fn=lambda: _limits(memory_mb), close_fds=True,
-            )
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                try:  # the whole group: the program and anything it started
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                proc.wait()
+        try:
+            with out_path.open("wb") as out, err_path.open("wb") as err:
+                proc = subprocess.Popen(
+                    cmd, cwd=sbx, env=child_env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                    preexec_fn=lambda: _limits(memory_mb, group), close_fds=True,
+                )
+                try:
+                    proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                finally:
+                    try:  # the whole group: the program and anything it started
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                    proc.wait()
+            hit = group.hit() if group is not None else []
+        finally:
+            if group is not None:
+                group.close()
         duration = time.monotonic() - t0
         rc = proc.returncode
         return SandboxResult(
@@ -212,6 +230,7 @@ def run_sandboxed(
             timed_out=timed_out,
             signal=-rc if (rc is not None and rc < 0) else (rc - 128 if rc is not None and rc > 128 and use_ns else None),
             isolation=isolation,
+            limits_hit=hit,
         )
     finally:
         shutil.rmtree(sbx, ignore_errors=True)

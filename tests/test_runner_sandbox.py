@@ -83,3 +83,72 @@ def test_output_is_truncated_and_the_runner_keeps_serving(runner: LocalRunner) -
     assert r.status == "failed" and len(r.stdout) < 30_000 and "characters cut" in r.stdout
     ok = run(runner, "print(sum(range(10)))")
     assert ok.status == "passed" and ok.stdout.strip() == "45"
+
+
+def _cgroups_ours() -> bool:
+    from eval.run_cgroup import RunCgroup
+
+    group = RunCgroup.create(64, 16)
+    if group is None:
+        return False
+    group.close()
+    return True
+
+
+@pytest.mark.skipif(not _cgroups_ours(), reason="no writable cgroup controllers here: the run is bounded per process only")
+def test_a_fork_bomb_hits_the_runs_process_limit(runner: LocalRunner) -> None:
+    code = (
+        "import os, time\n"
+        "made = 0\n"
+        "try:\n"
+        "    for _ in range(2000):\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(30); os._exit(0)\n"
+        "        made += 1\n"
+        "except OSError as e:\n"
+        "    print('refused after', made, e.errno)\n"
+        "    raise SystemExit(3)\n"
+        "print('MADE', made)\n"
+    )
+    r = run(runner, code, timeout_s=60)
+    assert "MADE 2000" not in r.stdout and "refused after" in r.stdout
+    assert r.status == "killed" and "pids" in r.reason and "cgroup_pids" in r.isolation
+
+
+@pytest.mark.skipif(not _cgroups_ours(), reason="no writable cgroup controllers here: the run is bounded per process only")
+def test_children_share_one_memory_limit(runner: LocalRunner) -> None:
+    # 6 children of 200 MB each stay under a 512 MB address-space cap one by one, not together
+    code = (
+        "import os, time\n"
+        "kids = []\n"
+        "for _ in range(6):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        block = bytearray(200 * 1024 * 1024)\n"
+        "        for i in range(0, len(block), 4096): block[i] = 1\n"
+        "        time.sleep(20); os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "bad = 0\n"
+        "for pid in kids:\n"
+        "    _, status = os.waitpid(pid, 0)\n"
+        "    bad += status != 0\n"
+        "print('children killed', bad)\n"
+        "raise SystemExit(1 if bad else 0)\n"
+    )
+    r = run(runner, code, memory_mb=512, timeout_s=60)
+    assert r.status == "killed" and "memory limit" in r.reason and "children killed 0" not in r.stdout, (r.status, r.stdout, r.reason)
+    assert "cgroup_memory" in r.isolation
+
+
+def test_a_run_cannot_write_a_file_past_the_size_limit(runner: LocalRunner) -> None:
+    from eval.sandbox import FILE_MB
+
+    code = (
+        "block = b'x' * (64 * 1024 * 1024)\n"
+        "with open('big.bin', 'wb') as f:\n"
+        f"    for _ in range({FILE_MB // 64 + 2}):\n"
+        "        f.write(block)\n"
+    )
+    r = run(runner, code, timeout_s=120)
+    assert r.status == "failed" and "File too large" in r.stderr
+    assert "rlimit_fsize" in r.isolation
