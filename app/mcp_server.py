@@ -8,7 +8,9 @@ FastAPI app (`mount_mcp`, its session manager run from the app's lifespan).
 
 # no `from __future__ import annotations`: the SDK reads the tool signatures to build their schemas
 
+import json
 import logging
+import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -255,8 +257,54 @@ class LazyEngine:
             log.error("dsqa MCP: %s", as_text(exc))
 
 
+def jsonrpc_problem(raw: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC error reply for a line the SDK would drop without a word (not UTF-8, not JSON,
+    a batch array, not a request), or None when the line is a message to pass on."""
+    def error(code: int, message: str, msg_id: Any = None) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return error(-32700, f"Parse error: the line is not UTF-8 (byte {exc.start})")
+    try:
+        message = json.loads(text)
+    except ValueError as exc:
+        return error(-32700, f"Parse error: {exc}")
+    if isinstance(message, list):
+        return error(-32600, "Invalid Request: batch arrays are not supported; send one message per line")
+    if not isinstance(message, dict):
+        return error(-32600, "Invalid Request: a message must be a JSON object")
+    if "method" not in message and "result" not in message and "error" not in message:
+        return error(-32600, "Invalid Request: no method", message.get("id"))
+    return None
+
+
+def guard_stdin() -> None:
+    """Put a filter between the real stdin and the SDK: well-formed messages pass through a pipe
+    that becomes fd 0; every other line gets its JSON-RPC error on the real stdout at once."""
+    real_in, real_out = os.dup(0), os.dup(1)
+    read_end, write_end = os.pipe()
+    os.dup2(read_end, 0)
+    os.close(read_end)
+
+    def pump() -> None:
+        with os.fdopen(real_in, "rb") as source, os.fdopen(write_end, "wb", buffering=0) as sink:
+            for raw in source:
+                if not raw.strip():
+                    continue
+                problem = jsonrpc_problem(raw.strip())
+                if problem is None:
+                    sink.write(raw if raw.endswith(b"\n") else raw + b"\n")
+                else:
+                    os.write(real_out, (json.dumps(problem) + "\n").encode())
+
+    threading.Thread(target=pump, name="dsqa-mcp-stdin", daemon=True).start()
+
+
 def serve_stdio(settings: Settings) -> None:
     """Serve MCP over stdin/stdout; the SDK points fd 1 at stderr meanwhile, so stray prints miss the wire."""
+    guard_stdin()
     engine = LazyEngine(settings)
 
     @asynccontextmanager

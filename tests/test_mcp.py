@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,7 +95,7 @@ def test_validate_config_accepts_json_text(http_server: ServerThread) -> None:
         ("validate_config", {"config": "{nope"}),
     )
     assert not ok.is_error and text_of(ok).startswith("**valid**")
-    assert junk.is_error and "config is not JSON" in text_of(junk)
+    assert junk.is_error and "body is not JSON" in text_of(junk) and "(field: config)" in text_of(junk)
 
 
 def test_replies_keep_to_the_word_budget(index_dir: Path) -> None:
@@ -128,3 +130,19 @@ def test_stdio_transport_spawns_the_cli(index_dir: Path) -> None:
     assert names == TOOLS
     assert not answer.is_error and "**Sources**" in text_of(answer) and "https://www.deepspeed.ai/tutorials/tiny/" in text_of(answer)
     assert not option.is_error and "`zero_optimization.stage`" in text_of(option)
+
+
+def test_stdio_answers_every_malformed_line_with_a_jsonrpc_error(index_dir: Path) -> None:
+    env = dict(os.environ, DSQA_EMBEDDING_MODEL=HASH_MODEL, DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1")
+    lines = b"not json\n" + b'[{"jsonrpc": "2.0", "id": 2, "method": "ping"}]\n' + b"\xff\xfe\n" + b'{"jsonrpc": "2.0", "id": 7}\n' + \
+        b'{"jsonrpc": "2.0", "id": 1, "method": "nope"}\n'
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "mcp", "--index", str(index_dir)], env=env, cwd=str(REPO),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(lines)
+    proc.stdin.flush()
+    replies = [json.loads(proc.stdout.readline()) for _ in range(5)]
+    proc.kill()
+    proc.wait(timeout=10)
+    codes = sorted((r["id"] if r["id"] is not None else 0, r["error"]["code"]) for r in replies)
+    assert codes == [(0, -32700), (0, -32700), (0, -32600), (1, -32601), (7, -32600)]
