@@ -9,5 +9,6 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 # torch first: the CPU wheel; a plain `torch` requirement would pull a multi-GB CUDA build.
-.venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[dev]"
+# constraints.txt: the versions the test suite passed with, so a fresh install gets the same.
+.venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0"
+.venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
