@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api_keys import ApiKeys, parse_keys
 from app.ask import ask, ask_events
 from app.background_verify import BackgroundVerify
 from app.engine import Engine, load_engine
@@ -154,6 +155,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             raise IndexNotReady("the service is still starting; try again in a moment")
         return eng
 
+    app.add_middleware(ApiKeys, keys=parse_keys(settings.api_keys), per_minute=settings.api_rate_per_minute)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     mount_metrics(app)
     app.state.mcp = mount_mcp(app, settings, current_engine)

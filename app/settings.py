@@ -47,7 +47,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = 1_000_000
     max_json_depth: int = 64
     max_json_keys: int = 20_000
-    max_inflight_asks: int = 32  # /ask beyond this many at once: 503 with Retry-After, not a queue
+    max_inflight_asks: int = 32
+    # optional API keys for /ask and /mcp (comma-separated; unset: open), each rate-limited
+    api_keys: str | None = Field(default=None, repr=False)
+    api_rate_per_minute: int = 120
+    max_inflight_asks_note: str = ""  # /ask beyond this many at once: 503 with Retry-After, not a queue
 
     # optional generation through an OpenAI-compatible endpoint
     llm_url: str | None = None

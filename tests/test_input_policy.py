@@ -112,3 +112,18 @@ def test_cli_validate_config_says_why_and_exits_2(tmp_path: Path) -> None:
     deep.write_bytes(DEEP)
     r = subprocess.run([sys.executable, "-m", "app.cli", "validate-config", str(deep)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "nested deeper than 64" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_api_keys_guard_ask_and_mcp_with_a_rate_limit_per_key(tmp_path_factory: pytest.TempPathFactory) -> None:
+    index = build_small_index(tmp_path_factory)
+    with ServerThread(small_app(index, api_keys="k-alpha, k-beta", api_rate_per_minute=2)) as s:
+        q = {"question": "How do I configure ZeRO stage 2?"}
+        assert httpx.post(s.url + "/ask", json=q).status_code == 401
+        assert httpx.post(s.url + "/ask", json=q, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert httpx.post(s.url + "/mcp", json={}).status_code == 401
+        alpha = {"Authorization": "Bearer k-alpha"}
+        assert [httpx.post(s.url + "/ask", json=q, headers=alpha).status_code for _ in range(2)] == [200, 200]
+        limited = httpx.post(s.url + "/ask", json=q, headers=alpha)
+        assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
+        assert httpx.post(s.url + "/ask", json=q, headers={"X-API-Key": "k-beta"}).status_code == 200  # its own bucket
+        assert httpx.get(s.url + "/healthz").status_code == 200 and httpx.post(s.url + "/validate-config", json={}).status_code == 200
