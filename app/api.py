@@ -3,6 +3,7 @@ Slack, the web page, /metrics). Heavy parts load once, in the lifespan."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -19,7 +20,7 @@ from app.api_keys import ApiKeys, parse_keys
 from app.ask import ask, ask_events
 from app.background_verify import BackgroundVerify
 from app.engine import Engine, load_engine
-from app.errors import DsqaError, IndexNotReady, InvalidInput, to_reply
+from app.errors import DsqaError, IndexNotReady, InvalidInput, NotConfigured, to_reply
 from app.input_policy import BodyLimit, parse_json
 from app.mcp_server import mount_mcp
 from app.metrics import mount_metrics, set_index_chunks, set_verify_progress
@@ -148,6 +149,25 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             raise InvalidInput("world_size must be between 1 and 1000000", field_name="world_size")
         result = await run_in_threadpool(validate_config, data, world_size)
         return JSONResponse(status_code=200, content=result.to_json())
+
+    @app.post("/admin/reload", tags=["operations"], responses={401: {"description": "missing or wrong admin token"}})
+    async def reload_index(request: Request) -> JSONResponse:
+        """Load the index folder again (a rebuilt one) and swap it in; questions already running finish
+        on the old one, none fails. Needs `Authorization: Bearer $DSQA_ADMIN_TOKEN`."""
+        if not settings.admin_token:
+            raise NotConfigured("set DSQA_ADMIN_TOKEN to enable /admin/reload")
+        header = request.headers.get("authorization", "")
+        given = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        if not given or not hmac.compare_digest(given.encode(), settings.admin_token.encode()):
+            return JSONResponse(status_code=401, content={"error": "unauthorised", "message": "missing or wrong admin token"})
+        old: Engine = request.app.state.engine
+        embedder = getattr(old.retriever, "embedder", None)  # the model stays loaded
+        fresh = await run_in_threadpool(load_engine, settings, embedder)
+        if fresh.index is None:  # a broken rebuild never replaces a working index
+            return JSONResponse(status_code=409, content={"error": "index_unusable", "message": f"not reloaded: {fresh.problem}"})
+        request.app.state.engine = fresh
+        set_index_chunks(len(fresh.index.chunks))
+        return JSONResponse(status_code=200, content={"status": "reloaded", "index": fresh.index.summary()})
 
     def current_engine() -> Engine:
         eng: Engine | None = getattr(app.state, "engine", None)

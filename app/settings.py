@@ -51,6 +51,7 @@ class Settings(BaseSettings):
     # optional API keys for /ask and /mcp (comma-separated; unset: open), each rate-limited
     api_keys: str | None = Field(default=None, repr=False)
     api_rate_per_minute: int = 120
+    admin_token: str | None = Field(default=None, repr=False)  # POST /admin/reload (unset: the route answers 503)
     max_inflight_asks_note: str = ""  # /ask beyond this many at once: 503 with Retry-After, not a queue
 
     # optional generation through an OpenAI-compatible endpoint

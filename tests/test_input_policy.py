@@ -127,3 +127,36 @@ def test_api_keys_guard_ask_and_mcp_with_a_rate_limit_per_key(tmp_path_factory: 
         assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
         assert httpx.post(s.url + "/ask", json=q, headers={"X-API-Key": "k-beta"}).status_code == 200  # its own bucket
         assert httpx.get(s.url + "/healthz").status_code == 200 and httpx.post(s.url + "/validate-config", json={}).status_code == 200
+
+
+def test_reload_swaps_a_rebuilt_index_under_load_with_no_failed_request(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from indexer.build import build_index
+    from indexer.embedder import HashEmbedder
+    from tests.conftest import RST, TUTORIAL
+
+    index = build_small_index(tmp_path_factory)
+    with ServerThread(small_app(index, admin_token="adm-1")) as s:
+        assert httpx.post(s.url + "/admin/reload").status_code == 401
+        statuses: list[int] = []
+        stop = threading.Event()
+
+        def hammer() -> None:
+            while not stop.is_set():
+                statuses.append(httpx.post(s.url + "/ask", json={"question": "How do I configure ZeRO stage 2?"}, timeout=30).status_code)
+
+        workers = [threading.Thread(target=hammer) for _ in range(4)]
+        for w in workers:
+            w.start()
+        root = tmp_path_factory.mktemp("docs2") / "DeepSpeed"
+        (root / "docs/_tutorials").mkdir(parents=True)
+        (root / "docs/code-docs/source").mkdir(parents=True)
+        (root / "docs/_tutorials/tiny.md").write_text(TUTORIAL + "\n## Reloaded\n\nA section that only the rebuilt index has, about reloading.\n")
+        (root / "docs/code-docs/source/pipeline.rst").write_text(RST)
+        before = httpx.get(s.url + "/readyz").json()["index"]["built_at"]
+        build_index(index, HashEmbedder(), docs_dir=root, notes_dir=None, cache_dir=None, progress=False)  # rebuilt in place
+        reply = httpx.post(s.url + "/admin/reload", headers={"Authorization": "Bearer adm-1"}, timeout=60)
+        stop.set()
+        for w in workers:
+            w.join()
+    assert reply.status_code == 200 and reply.json()["index"]["built_at"] != before
+    assert statuses and set(statuses) == {200}, sorted(set(statuses))
