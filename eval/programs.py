@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from eval.requirements import Capabilities
-from indexer.launcher_line import CHOICE, hostfile_hosts, launcher_lines, parse_filled
+from indexer.launcher_line import hostfile_hosts, launcher_lines, parse_filled
 from indexer.python_check import PUBLIC_NAMESPACES, strip_repl
-from indexer.snippet_check import parse_config_text, placed
+from indexer.snippet_check import fill_config_placeholders, parse_config_text, placed, stage_it_needs
 
 RUNNABLE_KINDS = ("ds_config", "python", "launcher", "hostfile")
 DRIVERS = Path(__file__).resolve().parent / "drivers"
@@ -89,25 +89,6 @@ def adapt_config(cfg: dict[str, Any], world_size: int = 1) -> tuple[dict[str, An
     return cfg, notes
 
 
-_BARE_VALUE = re.compile(r"(?<=:)(\s*)(?!(?:true|false|null|True|False|None)\b)([A-Z_][A-Z0-9_]*)(?=\s*[,}\n])")
-
-
-def fill_config_placeholders(code: str) -> tuple[str, list[str]]:
-    """`[true|false]` and `"[cpu|nvme]"` take their first choice, an UPPER_CASE name where a value
-    goes takes 1; each filling is named in the run's adaptations."""
-    notes: list[str] = []
-
-    def choice(m: re.Match[str]) -> str:
-        notes.append(f"placeholder {m.group(0)} filled with {m.group(2)}")
-        return f'"{m.group(2)}"' if m.group(1) else m.group(2)
-
-    def bare(m: re.Match[str]) -> str:
-        notes.append(f"placeholder {m.group(2)} filled with 1")
-        return f"{m.group(1)}1"
-
-    return _BARE_VALUE.sub(bare, CHOICE.sub(choice, code)), notes
-
-
 def _fp16_enabled(cfg: dict[str, Any]) -> bool:
     fp16 = cfg.get("fp16")
     return isinstance(fp16, dict) and fp16.get("enabled") in (True, "true")
@@ -141,6 +122,11 @@ def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
     if not isinstance(cfg, dict):
         return Prepared(skip="not a JSON object")
     cfg, where = placed(cfg)
+    stage = stage_it_needs(cfg) if fragment or where or not any(k in cfg for k in ("train_batch_size", "train_micro_batch_size_per_gpu")) else None
+    if stage is not None:
+        section = cfg.get("zero_optimization")
+        cfg = {**cfg, "zero_optimization": {**(section if isinstance(section, dict) else {}), "stage": stage}}
+        notes_filled.append(f"ZeRO stage {stage} added: the excerpt needs the stage its page sets elsewhere")
     world = 1  # one process per config run
     run_cfg, notes = adapt_config(cfg, world)
     notes[:0] = notes_filled + ([f"an excerpt: placed under {where}"] if where else [])

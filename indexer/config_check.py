@@ -259,7 +259,8 @@ def _deepspeed_parser(cfg: dict[str, Any], world_size: int) -> str | None:
         with contextlib.redirect_stdout(io.StringIO()):
             DeepSpeedConfig(data, mpu=_Mpu())
     except Exception as exc:  # noqa: BLE001 - DeepSpeed's own message is the finding
-        return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        lines = [line.strip() for line in f"{type(exc).__name__}: {exc}".splitlines() if line.strip()]
+        return " | ".join(line for line in lines if not line.startswith("For further information"))[:500]
     return None
 
 

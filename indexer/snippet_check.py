@@ -19,7 +19,7 @@ from typing import Any
 from indexer.config_catalogue import deepspeed_version
 from indexer.config_check import keys_by_path, validate_config
 from indexer.documents import Snippet
-from indexer.launcher_line import bad_hostfile_lines, launcher_lines, parse_filled
+from indexer.launcher_line import CHOICE, bad_hostfile_lines, launcher_lines, parse_filled
 from indexer.python_check import check_python
 from indexer.snippet_status import CHECKED, FAILS, NOT_CHECKED, TEMPLATE
 
@@ -58,6 +58,44 @@ def parse_config_text(code: str) -> tuple[Any, bool]:
         return ast.literal_eval(fixed), fragment
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
         raise ValueError(f"not a readable config: {exc}") from exc
+
+
+_BARE_VALUE = re.compile(r"(?<=:)(\s*)(?!(?:true|false|null|True|False|None)\b)([A-Z_][A-Z0-9_]*)(?=\s*[,}\n])")
+
+
+def fill_config_placeholders(code: str) -> tuple[str, list[str]]:
+    """`[true|false]` and `"[cpu|nvme]"` take their first choice, an UPPER_CASE name where a value
+    goes takes 1; each filling is named (a run lists them in its adaptations)."""
+    notes: list[str] = []
+
+    def choice(m: re.Match[str]) -> str:
+        notes.append(f"placeholder {m.group(0)} filled with {m.group(2)}")
+        return f'"{m.group(2)}"' if m.group(1) else m.group(2)
+
+    def bare(m: re.Match[str]) -> str:
+        notes.append(f"placeholder {m.group(2)} filled with 1")
+        return f"{m.group(1)}1"
+
+    return _BARE_VALUE.sub(bare, CHOICE.sub(choice, code)), notes
+
+
+def stage_it_needs(cfg: dict[str, Any]) -> int | None:
+    """An excerpt that sets no ZeRO stage but holds keys only a ZeRO stage allows (partial offload,
+    fp16 master weights...): the stage it is valid with (3), or None when it needs none."""
+    zero = cfg.get("zero_optimization")
+    if isinstance(zero, dict) and "stage" in zero:
+        return None
+    base = {"train_micro_batch_size_per_gpu": 1, **cfg}
+    first = validate_config(base).errors
+    if not first or "stage" not in first[0].message.lower():
+        return None
+    staged = {**base, "zero_optimization": {**(zero if isinstance(zero, dict) else {}), "stage": 3}}
+    return 3 if not validate_config(staged).errors else None
+
+
+def _with_stage(cfg: dict[str, Any], stage: int) -> dict[str, Any]:
+    zero = cfg.get("zero_optimization")
+    return {**cfg, "zero_optimization": {**(zero if isinstance(zero, dict) else {}), "stage": stage}}
 
 
 def _json_fix(code: str) -> str:
@@ -122,8 +160,9 @@ def check_json_excerpt(code: str) -> tuple[str, str, str]:
 
 
 def check_ds_config(code: str) -> tuple[str, str]:
+    filled, fillings = fill_config_placeholders(code)
     try:
-        cfg, fragment = parse_config_text(code)
+        cfg, fragment = parse_config_text(filled)
     except ValueError as exc:
         if _PLACEHOLDER.search(code):
             return TEMPLATE, "placeholders to fill in before it parses"
@@ -139,13 +178,19 @@ def check_ds_config(code: str) -> tuple[str, str]:
     if not any(k in cfg for k in _BATCH_KEYS):
         fragment = True
         cfg = {"train_micro_batch_size_per_gpu": 1, **cfg}
+    stage = stage_it_needs(cfg) if fragment else None
+    if stage is not None:
+        cfg = _with_stage(cfg, stage)
     result = validate_config(cfg)
     if result.errors:
         first = result.errors[0]
         return FAILS, f"{first.pointer or '/'}: {first.message}" + (f" ({first.suggestion})" if first.suggestion else "")
-    if _PLACEHOLDER.search(code):
-        return TEMPLATE, "placeholders to fill in; the rest is valid merged into a minimal config"
+    if _PLACEHOLDER.search(code) or fillings:
+        named = ", ".join(dict.fromkeys(f.split(" ")[1] for f in fillings)) if fillings else "'...'"
+        return TEMPLATE, f"placeholders to fill in ({named[:80]}); with them filled, valid merged into a minimal config"
     notes = [] if not fragment else [f"an excerpt{f' of `{where}`' if where else ''}, valid merged into a minimal config"]
+    if stage is not None:
+        notes.append(f"valid with ZeRO stage {stage}, which its page sets elsewhere")
     if re.search(r"//|/\*|^\s*#", code, re.M) or re.search(r",\s*[}\]]", code):
         notes.append("remove the comments and trailing commas before using it as a JSON file")
     return CHECKED, "; ".join(notes) or "valid for deepspeed's own config parser"

@@ -53,12 +53,16 @@ def run_failed_the_snippet(run: dict[str, Any]) -> bool:
 
 def verdict(status: str, reason: str, checked_with: str, run: dict[str, Any] | None = None) -> Verdict:
     """The status a user sees and its words, from the static check and the latest run (if any)."""
+    version = f" against deepspeed {checked_with}" if checked_with else ""
+    if run and run.get("status") == "passed" and status == FAILS:
+        # the static check names code deepspeed rejects; a run that passed did not reach it (a
+        # function never called, fp16 run as bf16): the snippet still fails where it says
+        return Verdict(FAILS, f"fails{version}: {reason}; a run {_where(run)} passed without reaching it"[:400])
     if run and run.get("status") == "passed":
-        how = "; ".join(str(a) for a in run.get("adaptations") or [] if str(a).startswith(("ran ", "as ", "placeholder")))
+        how = "; ".join(str(a) for a in run.get("adaptations") or [] if str(a).startswith(("ran ", "as ", "placeholder", "ZeRO stage")))
         return Verdict(RAN, f"ran {_where(run)}" + (f" ({how})" if how else ""))
     if run and run_failed_the_snippet(run):
         return Verdict(FAILS, f"a run {_where(run)} failed: {run.get('reason', '')}"[:300])
-    version = f" against deepspeed {checked_with}" if checked_with else ""
     words = {
         CHECKED: f"checked statically{version}: names resolve and calls bind; not run",
         TEMPLATE: f"template: fill in the placeholders first{(' (' + reason + ')') if reason else ''}",

@@ -151,7 +151,12 @@ def test_kinds_that_fit_repl_output_bare_config_and_templates() -> None:
     status, reason = check_ds_config('{\n  "fp16": {"enabled": true}\n  "bf16": {"enabled": false}\n}')
     assert status == "fails" and "missing comma at the end of line 2" in reason
     assert check_ds_config('"offload_param": {"device": "[cpu|nvme]", "pin_memory": [true|false]}')[0] == "template"
-    assert check_ds_config('{"train_batch_size": 8, "tensor_parallel": {"autotp_size": TP_SIZE}}') == ("template", "values to fill in: TP_SIZE")
+    status, reason = check_ds_config('{"train_batch_size": 8, "tensor_parallel": {"autotp_size": TP_SIZE}}')
+    assert status == "template" and "(TP_SIZE)" in reason
+    status, reason = check_ds_config('{"train_batch_size": 8, "elasticity": {"enabled": true, "model_parallel_size": MP}}')
+    assert status == "fails" and "elasticity" in reason  # filled in, it still fails: a template only when the rest is valid
+    status, reason = check_ds_config('"offload_optimizer": {"device": "cpu", "ratio": 0.3}')
+    assert status == "checked" and "ZeRO stage 3" in reason  # partial offload: valid with the stage its page sets
     status, reason = check_ds_config('{"train_batch_size": 8, "aio": {"thread_count": 1}}')
     assert status == "fails" and "thread_count" in reason  # 0.19.8 ignores it silently
     # refused only at initialize, after the config parser accepted them (found by running the docs)

@@ -301,3 +301,10 @@ def test_fragment_gets_the_imports_of_its_page() -> None:
     assert not p.skip and p.files["snippet.py"].startswith("from deepspeed.runtime.zero.offload_config import")
     assert any("imports from earlier on its page" in a for a in p.adaptations)
     assert prepare("python", other_page.code, CPU, context="import os; os.system('x')").skip  # only imports are taken
+
+
+def test_a_passing_run_does_not_clear_a_static_failure_it_never_reached() -> None:
+    run = {"status": "passed", "device": "cpu", "deepspeed": "0.19.8", "time": "2026-11-30", "adaptations": ["as bf16 on cpu: fp16 needs a GPU"]}
+    shown = verdict("fails", "line 3: `deepspeed.checkpoint.get_cuda_rng_tracker` does not exist", "0.19.8", run)
+    assert shown.status == "fails" and "passed without reaching it" in shown.words
+    assert verdict("checked", "", "0.19.8", run).status == "ran"
