@@ -14,10 +14,10 @@ Pure: reads the snippet's code, the run's stderr and its one-line reason.
 from __future__ import annotations
 
 import ast
-import builtins
 import re
 from dataclasses import dataclass
 
+from indexer.python_check import bound_names
 from indexer.snippet_status import BLAME_ENVIRONMENT, BLAME_HARNESS, BLAME_SNIPPET
 
 _NAME_ERROR = re.compile(r"NameError: name '(\w+)' is not defined")
@@ -50,20 +50,9 @@ class Blame:
 
 def _bound_names(code: str) -> set[str] | None:
     try:
-        tree = ast.parse(code)
+        return bound_names(ast.parse(code))
     except SyntaxError:
         return None
-    names: set[str] = set(dir(builtins))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-    return names
 
 
 def _failing_line(code: str, text: str) -> str:

@@ -96,7 +96,7 @@ def _aliases(tree: ast.AST) -> dict[str, str]:
 PUBLIC_NAMESPACES = ("deepspeed", "deepspeed.utils")  # where a name a fragment never imports is looked up
 
 
-def _bound_names(tree: ast.AST) -> set[str]:
+def bound_names(tree: ast.AST) -> set[str]:
     """Names the snippet binds itself (assignments, imports, defs, arguments, loop targets)."""
     bound: set[str] = set(dir(builtins))
     for node in ast.walk(tree):
@@ -114,7 +114,7 @@ def _bound_names(tree: ast.AST) -> set[str]:
 def _unimported_deepspeed_names(tree: ast.AST, aliases: dict[str, str]) -> dict[str, str]:
     """Calls of names the fragment takes from its page without importing them, that deepspeed's
     public namespaces define (`safe_get_full_optimizer_state(...)` after an earlier import)."""
-    bound = _bound_names(tree)
+    bound = bound_names(tree)
     found: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
