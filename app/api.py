@@ -8,9 +8,9 @@ import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -20,7 +20,7 @@ from app.api_keys import ApiKeys, parse_keys
 from app.ask import ask, ask_events
 from app.background_verify import BackgroundVerify
 from app.engine import Engine, load_engine
-from app.errors import DsqaError, IndexNotReady, InvalidInput, NotConfigured, to_reply
+from app.errors import DsqaError, IndexNotReady, NotConfigured, to_reply
 from app.input_policy import BodyLimit, parse_json
 from app.mcp_server import mount_mcp
 from app.metrics import mount_metrics, set_index_chunks, set_verify_progress
@@ -44,6 +44,19 @@ _ERROR_REPLIES: dict[int | str, dict[str, Any]] = {
     413: {"description": "body larger than the limit (DSQA_MAX_BODY_BYTES)"},
     422: {"description": "invalid input: {error: invalid_input, message, field}"},
     503: {"description": "index not loaded yet, or too many questions in flight (Retry-After)"},
+}
+
+
+_CONFIG_BODY: dict[str, Any] = {"requestBody": {"required": False, "content": {"application/json": {"schema": {
+    "type": "object", "description": "A DeepSpeed config (a JSON object; its JSON text as a string is accepted too); at most 64 levels deep"}}}}}
+_VALIDATE_REPLIES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "the validation result: {valid, errors, warnings}"},
+    413: _ERROR_REPLIES[413],
+    422: _ERROR_REPLIES[422],
+}
+_STREAM_REPLY: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"type": "object", "description":
+          "with \"stream\": true: events passages, delta, fallback, answer (each `event: NAME` + `data: JSON`)"}}}},
 }
 
 
@@ -117,7 +130,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
 
     inflight = {"n": 0}
 
-    @app.post("/ask", response_model=AskResponse, tags=["ask"], responses=_ERROR_REPLIES)
+    @app.post("/ask", response_model=AskResponse, tags=["ask"], responses={**_ERROR_REPLIES, **_STREAM_REPLY})
     async def ask_route(body: AskRequest, request: Request) -> AskResponse | Response:
         if inflight["n"] >= settings.max_inflight_asks:  # shed load instead of queueing for seconds
             return JSONResponse(status_code=503, headers={"Retry-After": "1"},
@@ -138,15 +151,16 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
 
         return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-    @app.post("/validate-config", tags=["config"])
-    async def validate_config_route(request: Request, world_size: int = 1) -> JSONResponse:
+    @app.post("/validate-config", tags=["config"], responses=_VALIDATE_REPLIES, openapi_extra=_CONFIG_BODY)
+    async def validate_config_route(
+        request: Request,
+        world_size: Annotated[int, Query(ge=1, le=1_000_000, description="Data-parallel world size for the batch arithmetic.")] = 1,
+    ) -> JSONResponse:
         raw = await request.body()
         limits = input_limits(settings)
         data = parse_json(raw, limits) if raw.strip() else None
         if isinstance(data, str):  # a config sent as a JSON string
             data = parse_json(data.encode("utf-8"), limits)
-        if world_size < 1 or world_size > 1_000_000:
-            raise InvalidInput("world_size must be between 1 and 1000000", field_name="world_size")
         result = await run_in_threadpool(validate_config, data, world_size)
         return JSONResponse(status_code=200, content=result.to_json())
 

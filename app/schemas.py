@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 MAX_QUESTION_CHARS = 2000
 MAX_K = 20
@@ -14,11 +14,23 @@ class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, description="The question, English or Chinese.")
-    k: StrictInt = Field(default=5, ge=1, le=MAX_K, description="How many passages to return.")
+    k: int = Field(default=5, ge=1, le=MAX_K, description="How many passages to return.")
     topic: str | None = Field(default=None, max_length=64, description="Only passages of this topic (e.g. zero, pipeline).")
     source: str | None = Field(default=None, pattern="^(docs|api|config|notes)$", description="Only passages from this source.")
     checked_only: StrictBool = Field(default=False, description="Only return snippets that ran or whose static check passed.")
     stream: StrictBool = Field(default=False, description="Reply as server-sent events: passages, answer deltas, the final reply.")
+
+    @field_validator("k", mode="before")
+    @classmethod
+    def _whole_number(cls, v: object) -> object:
+        """A JSON integer (4 or 4.0), never a boolean or a string."""
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError("Input should be a valid integer")
+        if isinstance(v, float):
+            if not v.is_integer():
+                raise ValueError("Input should be a valid integer")
+            return int(v)
+        return v
 
     @field_validator("question")
     @classmethod
