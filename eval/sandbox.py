@@ -123,6 +123,56 @@ exec "$@"
 """
 
 
+# The minimal root: a tmpfs holding read-only binds of only what a snippet needs (the system's /usr,
+# the Python install and the venv, a few /etc files, the ops cache) and the sandbox dir as /tmp;
+# the rest of the machine (home folders, /work, /etc/shadow, the repo's .git) is not there at all.
+_MINIMAL_ROOT = r"""
+set -e
+SBX="$1"; KEEP_RW="$2"; KEEP_RO="$3"; shift 3
+ip link set lo up 2>/dev/null || true
+mount --make-rprivate / 2>/dev/null || true
+R="$SBX/.root"; mkdir -p "$R"; mount -t tmpfs -o size=64m,mode=755 tmpfs "$R"
+bind_ro() { if [ -e "$1" ]; then
+  if [ -d "$1" ]; then mkdir -p "$R$1"; else mkdir -p "$(dirname "$R$1")"; touch "$R$1"; fi
+  mount --rbind "$1" "$R$1"; mount -o remount,bind,ro "$R$1" 2>/dev/null || true; fi; }
+bind_ro /usr
+for l in bin sbin lib lib64 lib32; do if [ -L "/$l" ]; then ln -s "$(readlink "/$l")" "$R/$l"; elif [ -d "/$l" ]; then bind_ro "/$l"; fi; done
+for p in $(echo "$KEEP_RO" | tr ':' ' '); do bind_ro "$p"; done
+for f in /etc/ld.so.cache /etc/ld.so.conf /etc/ld.so.conf.d /etc/alternatives /etc/localtime /etc/ssl /etc/nsswitch.conf /etc/hosts; do bind_ro "$f"; done
+printf 'root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n' > "$R/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' > "$R/etc/group"
+mkdir -p "$R/dev" "$R/proc" "$R/tmp" "$R/dev/shm"
+for n in null zero full random urandom tty; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
+for n in /dev/nvidia*; do if [ -e "$n" ]; then touch "$R$n"; mount --bind "$n" "$R$n"; fi; done
+mount -t tmpfs -o size=512m,mode=1777 tmpfs "$R/dev/shm"
+mount -t proc proc "$R/proc"
+if [ -n "$KEEP_RW" ] && [ -d "$KEEP_RW" ]; then mkdir -p "$R$KEEP_RW"; mount --bind "$KEEP_RW" "$R$KEEP_RW"; fi
+mount --bind "$SBX" "$R/tmp"
+mount -o remount,bind,ro,nosuid "$R" 2>/dev/null || true
+cd "$R/tmp"
+exec chroot "$R" /bin/sh -c 'cd /tmp && exec "$@"' sh "$@"
+"""
+
+
+@lru_cache(maxsize=1)
+def minimal_root_available() -> bool:
+    """True when the minimal root can be built here and a program in it sees none of the host."""
+    if not namespaces_available():
+        return False
+    probe = tempfile.mkdtemp(prefix="dsqa-probe-")
+    try:
+        r = subprocess.run(
+            ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _MINIMAL_ROOT, "sh", probe, "", _keep_visible({}), sys.executable, "-c",
+             "import os, pathlib; pathlib.Path('/tmp/ok').write_text('1'); assert not os.path.exists('/etc/shadow')"],
+            capture_output=True, timeout=30,
+        )
+        return r.returncode == 0 and (Path(probe) / "ok").exists()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
 @lru_cache(maxsize=1)
 def namespaces_available() -> bool:
     """True when `unshare` can make user+net+mount+pid namespaces and mount over /tmp here."""
@@ -143,8 +193,8 @@ def namespaces_available() -> bool:
 
 
 def _keep_visible(env: Mapping[str, str]) -> str:
-    """Read-only paths the program needs: the interpreter's prefix, this repo, PYTHONPATH entries."""
-    paths = [sys.prefix, str(Path(__file__).resolve().parents[1]), *env.get("PYTHONPATH", "").split(os.pathsep)]
+    """Read-only paths the program needs: the venv and the Python install it links to, PYTHONPATH entries."""
+    paths = [sys.prefix, sys.base_prefix, *env.get("PYTHONPATH", "").split(os.pathsep)]
     return ":".join(dict.fromkeys(p for p in paths if p and ":" not in p and " " not in p))
 
 
@@ -187,7 +237,10 @@ def run_sandboxed(
         inner_dir = "/tmp" if use_ns else str(sbx)
         child_env = dict(env or {})
         child_env.update({"HOME": inner_dir, "TMPDIR": inner_dir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
-        if use_ns:
+        if use_ns and minimal_root_available():
+            cmd = ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _MINIMAL_ROOT, "sh", str(sbx), keep_rw or "", _keep_visible(child_env), *argv]
+            isolation = ["timeout", "env_allowlist", "temp_cwd", "no_network", "private_tmp", "read_only_fs", "pid_namespace", "minimal_root"]
+        elif use_ns:
             cmd = ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _SETUP, "sh", str(sbx), keep_rw or "", _keep_visible(child_env), *argv]
             isolation = ["timeout", "env_allowlist", "temp_cwd", "no_network", "private_tmp", "read_only_fs", "pid_namespace"]
         else:

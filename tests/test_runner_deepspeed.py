@@ -109,7 +109,7 @@ def test_runner_service_gives_the_same_results(local_results: list[RunResult]) -
     app = create_runner_app(token="tok", allowed=None)
     with ServerThread(app) as server:
         remote = HttpRunner(server.url, token="tok").run_many(SAME, concurrency=2)
-    assert [r.status for r in local_results] == ["passed", "failed", "skipped", "passed"]
+    assert [r.status for r in local_results] == ["passed", "failed", "passed", "passed"]  # fp16 runs on CPU as bf16
     assert [_key(r) for r in remote] == [_key(r) for r in local_results]
     assert all(r.runner == server.url for r in remote)
 

@@ -152,3 +152,19 @@ def test_a_run_cannot_write_a_file_past_the_size_limit(runner: LocalRunner) -> N
     r = run(runner, code, timeout_s=120)
     assert r.status == "failed" and "File too large" in r.stderr
     assert "rlimit_fsize" in r.isolation
+
+
+def test_the_host_is_not_there_to_read(runner: LocalRunner) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    code = (
+        "import os\n"
+        f"for p in ('/etc/shadow', '{repo}/.git/config', '{repo.parent}/shared', '/root/.bashrc', '/home'):\n"
+        "    print(p, 'VISIBLE' if os.path.exists(p) else 'absent')\n"
+        "import deepspeed, torch\n"
+        "print('libraries load', torch.__version__)\n"
+    )
+    r = run(runner, code, timeout_s=120)
+    assert r.status == "passed", r.stderr[-2000:]
+    if "minimal_root" not in r.isolation:
+        pytest.skip("no minimal root here: the host is read-only to a snippet, not hidden")
+    assert "VISIBLE" not in r.stdout and "libraries load" in r.stdout
