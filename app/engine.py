@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 import httpx
 from threadpoolctl import threadpool_limits
@@ -23,6 +24,7 @@ from app.retriever import HybridRetriever, RetrievalOptions, Retriever
 from app.settings import Settings
 from indexer.documents import Snippet
 from indexer.embedder import Embedder, make_embedder
+from indexer.onnx_encoder import ENCODER_DIR, OnnxEmbedder, has_encoder
 from indexer.package_source import key_facts
 from indexer.snippet_status import FAILS
 from indexer.store import IndexError_, LoadedIndex, load_index
@@ -99,6 +101,16 @@ def llm_client(settings: Settings, http: httpx.Client | None = None) -> LlmClien
                      timeout_s=settings.llm_timeout_s, http=http)
 
 
+def query_embedder(settings: Settings, index_dir: Path) -> Embedder:
+    """The index's ONNX encoder when it has one (no torch at query time), else the model itself."""
+    if settings.query_encoder == "onnx" and settings.embedding_model is None and has_encoder(index_dir):
+        try:
+            return OnnxEmbedder(index_dir / ENCODER_DIR, threads=settings.encoder_threads)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime missing or the file unreadable: torch still answers
+            log.warning("the ONNX query encoder did not load (%s): using sentence-transformers", exc)
+    return make_embedder(settings.embedding_model)
+
+
 def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: httpx.Client | None = None,
                 *, strict: bool = False) -> Engine:
     """Load the index and the model; an unusable index gives an engine that is not ready (with
@@ -115,7 +127,7 @@ def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: 
     # take the cores from the encoder (measured: 108 ms per query embedding instead of 20 on 2 cores)
     threadpool_limits(1, user_api="blas")
     if embedder is None:
-        embedder = make_embedder(settings.embedding_model)
+        embedder = query_embedder(settings, index.path)
     if index.manifest.get("model") != embedder.name:
         problem = f"index at {settings.index_dir} was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it"
         if strict:

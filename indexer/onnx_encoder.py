@@ -1,0 +1,92 @@
+"""The query encoder without torch: the same MiniLM exported to ONNX once per index build (stored
+in the index, checksummed with it) and run on onnxruntime with the model's own `tokenizer.json`.
+
+`export_encoder` (index time, needs torch) traces the transformer with mean pooling and L2
+normalisation inside the graph, so a query is tokenize -> one session run -> done.
+`OnnxEmbedder` (query time) imports only onnxruntime, tokenizers and numpy: `dsqa ask`, the
+service and the MCP server answer without loading torch or sentence-transformers. Its vectors
+match the torch encoder's (a test compares the top-10 passages on the dev questions).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+ENCODER_DIR = "encoder"  # inside an index folder
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+INFO_FILE = "encoder.json"
+MAX_TOKENS = 256  # the sentence-transformers embedder's max_seq_length
+
+
+def export_encoder(model_path: str, out_dir: Path, name: str, dimension: int) -> Path:
+    """Write model.onnx, tokenizer.json and encoder.json for the sentence-transformers model at
+    `model_path` (a BERT-style transformer + mean pooling + normalisation) into out_dir."""
+    import torch
+    from transformers import AutoModel
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = AutoModel.from_pretrained(model_path)
+    model.eval()
+
+    class Pooled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            tokens = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(tokens.dtype)
+            mean = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(mean, p=2, dim=1)
+
+    ids = torch.ones((1, 8), dtype=torch.int64)
+    with torch.no_grad():
+        torch.onnx.export(
+            Pooled(), (ids, torch.ones_like(ids)), str(out_dir / MODEL_FILE),
+            input_names=["input_ids", "attention_mask"], output_names=["embedding"],
+            dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}, "embedding": {0: "batch"}},
+            opset_version=17, dynamo=False,
+        )
+    shutil.copyfile(Path(model_path) / TOKENIZER_FILE, out_dir / TOKENIZER_FILE)
+    (out_dir / INFO_FILE).write_text(json.dumps({"name": name, "dimension": dimension, "max_tokens": MAX_TOKENS}), encoding="utf-8")
+    return out_dir
+
+
+class OnnxEmbedder:
+    """The `Embedder` of an exported encoder folder."""
+
+    def __init__(self, folder: Path, threads: int = 1) -> None:
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        info = json.loads((folder / INFO_FILE).read_text(encoding="utf-8"))
+        self.name = str(info["name"])
+        self.dimension = int(info["dimension"])
+        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+        self.tokenizer.enable_truncation(max_length=int(info.get("max_tokens", MAX_TOKENS)))
+        self.tokenizer.enable_padding()  # to the longest text of a batch, not a fixed length
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(str(folder / MODEL_FILE), options, providers=["CPUExecutionProvider"])
+
+    def embed(self, texts: list[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        out = []
+        for start in range(0, len(texts), batch_size):
+            encodings = self.tokenizer.encode_batch(texts[start:start + batch_size])
+            ids = np.array([e.ids for e in encodings], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+            out.append(self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0])
+        return np.ascontiguousarray(np.concatenate(out), dtype=np.float32)
+
+
+def has_encoder(index_dir: Path) -> bool:
+    folder = Path(index_dir) / ENCODER_DIR
+    return all((folder / f).is_file() for f in (MODEL_FILE, TOKENIZER_FILE, INFO_FILE))

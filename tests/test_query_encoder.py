@@ -1,0 +1,47 @@
+"""The torch-free query path: the index carries the model exported to ONNX, the service loads it
+instead of sentence-transformers, and retrieval is the same to the passage (slow: real model)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.engine import load_engine
+from app.settings import Settings
+from eval.metrics import load_questions
+from indexer.onnx_encoder import ENCODER_DIR, OnnxEmbedder, has_encoder
+
+pytestmark = pytest.mark.slow
+
+
+def test_onnx_encoder_gives_the_same_top_10_as_torch(real_index: Path, embedder, dev_questions: Path) -> None:
+    assert has_encoder(real_index)
+    onnx = load_engine(Settings(index_dir=real_index))
+    torch = load_engine(Settings(index_dir=real_index), embedder)
+    assert onnx.retriever is not None and torch.retriever is not None
+    assert isinstance(onnx.retriever.embedder, OnnxEmbedder)  # type: ignore[attr-defined]
+    questions = load_questions(dev_questions)
+    vectors = onnx.retriever.embedder.embed([q.question for q in questions])  # type: ignore[attr-defined]
+    assert np.abs(vectors - embedder.embed([q.question for q in questions])).max() < 1e-4
+    for q in questions:
+        a = [h.chunk.id for h in onnx.retriever.search(q.question, 10).hits]
+        b = [h.chunk.id for h in torch.retriever.search(q.question, 10).hits]
+        assert a == b, q.id
+
+
+def test_answering_imports_neither_torch_nor_deepspeed(real_index: Path) -> None:
+    code = (
+        "import sys\n"
+        "from app.ask import ask\nfrom app.engine import load_engine\nfrom app.schemas import AskRequest\nfrom app.settings import Settings\n"
+        f"reply = ask(load_engine(Settings(index_dir={str(real_index)!r})), AskRequest(question='How do I offload optimizer states to NVMe?'))\n"
+        "assert reply.covered and reply.passages\n"
+        "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers', 'deepspeed') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert (real_index / ENCODER_DIR / "model.onnx").stat().st_size > 1_000_000
