@@ -42,7 +42,19 @@ def term_set(text: str) -> frozenset[str]:
 
 
 def tokenize(text: str, *, expand: bool = True) -> list[str]:
-    """BM25 tokens; `expand` adds the words an abbreviated part stands for (`ckpt` -> checkpoint)."""
+    """BM25 tokens; `expand` adds the words an abbreviated part stands for (`ckpt` -> checkpoint).
+    A question is tokenized by several parts of one search: short texts are remembered."""
+    if len(text) <= 4000:
+        return list(_tokens_cached(text, expand))
+    return _tokens(text, expand)
+
+
+@lru_cache(maxsize=8192)
+def _tokens_cached(text: str, expand: bool) -> tuple[str, ...]:
+    return tuple(_tokens(text, expand))
+
+
+def _tokens(text: str, expand: bool) -> list[str]:
     stem = _stemmer().stemWord
     tokens: list[str] = []
     for m in _TOKEN.finditer(text):
