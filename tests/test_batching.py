@@ -1,0 +1,66 @@
+"""Concurrent questions are encoded together, each gets its own vector, and a full queue is refused."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from app.batching import BatchingEmbedder, Overloaded
+from indexer.embedder import HashEmbedder
+
+
+class SlowHash(HashEmbedder):
+    """The test fake, slowed to one call at a time, counting its calls."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.calls: list[int] = []
+
+    def embed(self, texts: list[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
+        self.calls.append(len(texts))
+        time.sleep(0.05)
+        return super().embed(texts)
+
+
+def test_concurrent_questions_share_encoder_calls_and_get_their_own_vectors() -> None:
+    inner = SlowHash()
+    batcher = BatchingEmbedder(inner, max_batch=16)
+    texts = [f"question number {i} about zero stage {i % 4}" for i in range(24)]
+    got: dict[int, np.ndarray] = {}
+
+    def ask(i: int) -> None:
+        got[i] = batcher.embed([texts[i]])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = HashEmbedder(64).embed(texts)
+    assert all(np.allclose(got[i][0], expected[i]) and got[i].shape == (1, 64) for i in range(len(texts)))
+    assert len(inner.calls) < len(texts) and max(inner.calls) > 1  # batched
+    assert batcher.embed(["a", "b"]).shape == (2, 64)  # bulk calls pass straight through
+
+
+def test_a_full_queue_is_refused_not_queued() -> None:
+    inner = SlowHash()
+    batcher = BatchingEmbedder(inner, max_batch=1, max_pending=1)
+    errors: list[Exception] = []
+
+    def ask() -> None:
+        try:
+            batcher.embed(["x"])
+        except Overloaded as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors and errors[0].status_code == 503
+    with pytest.raises(Overloaded):
+        raise errors[0]
