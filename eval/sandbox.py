@@ -132,6 +132,7 @@ SBX="$1"; KEEP_RW="$2"; KEEP_RO="$3"; shift 3
 ip link set lo up 2>/dev/null || true
 mount --make-rprivate / 2>/dev/null || true
 R="$SBX/.root"; mkdir -p "$R"; mount -t tmpfs -o size=64m,mode=755 tmpfs "$R"
+mkdir -p "$R/tmp"; mount --bind "$SBX" "$R/tmp"  # first: a venv under /tmp is then bound inside it
 bind_ro() { if [ -e "$1" ]; then
   if [ -d "$1" ]; then mkdir -p "$R$1"; else mkdir -p "$(dirname "$R$1")"; touch "$R$1"; fi
   mount --rbind "$1" "$R$1"; mount -o remount,bind,ro "$R$1" 2>/dev/null || true; fi; }
@@ -141,13 +142,12 @@ for p in $(echo "$KEEP_RO" | tr ':' ' '); do bind_ro "$p"; done
 for f in /etc/ld.so.cache /etc/ld.so.conf /etc/ld.so.conf.d /etc/alternatives /etc/localtime /etc/ssl /etc/nsswitch.conf /etc/hosts; do bind_ro "$f"; done
 printf 'root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n' > "$R/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$R/etc/group"
-mkdir -p "$R/dev" "$R/proc" "$R/tmp" "$R/dev/shm"
+mkdir -p "$R/dev" "$R/proc" "$R/dev/shm"
 for n in null zero full random urandom tty; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
 for n in /dev/nvidia*; do if [ -e "$n" ]; then touch "$R$n"; mount --bind "$n" "$R$n"; fi; done
 mount -t tmpfs -o size=512m,mode=1777 tmpfs "$R/dev/shm"
 mount -t proc proc "$R/proc"
 if [ -n "$KEEP_RW" ] && [ -d "$KEEP_RW" ]; then mkdir -p "$R$KEEP_RW"; mount --bind "$KEEP_RW" "$R$KEEP_RW"; fi
-mount --bind "$SBX" "$R/tmp"
 mount -o remount,bind,ro,nosuid "$R" 2>/dev/null || true
 cd "$R/tmp"
 exec chroot "$R" /bin/sh -c 'cd /tmp && exec "$@"' sh "$@"

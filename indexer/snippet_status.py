@@ -65,7 +65,7 @@ def verdict(status: str, reason: str, checked_with: str, run: dict[str, Any] | N
         return Verdict(FAILS, f"a run {_where(run)} failed: {run.get('reason', '')}"[:300])
     words = {
         CHECKED: f"checked statically{version}: names resolve and calls bind; not run",
-        TEMPLATE: f"template: fill in the placeholders first{(' (' + reason + ')') if reason else ''}",
+        TEMPLATE: f"template: fill in the placeholders first; checked{version} with them filled{(' (' + reason + ')') if reason else ''}",
         FAILS: f"fails{version}: {reason}",
         NOT_CHECKED: f"not checked: {reason or 'no check applies'}",
     }.get(status, f"not checked: {reason or 'no check applies'}")
