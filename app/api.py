@@ -24,6 +24,7 @@ from app.errors import DsqaError, IndexNotReady, NotConfigured, to_reply
 from app.input_policy import BodyLimit, parse_json
 from app.mcp_server import mount_mcp
 from app.metrics import mount_metrics, set_index_chunks, set_verify_progress
+from app.planner import PlanRequest, plan
 from app.schemas import AskRequest, AskResponse
 from app.settings import Settings, input_limits
 from app.slack_bot import mount_slack
@@ -182,6 +183,13 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         request.app.state.engine = fresh
         set_index_chunks(len(fresh.index.chunks))
         return JSONResponse(status_code=200, content={"status": "reloaded", "index": fresh.index.summary()})
+
+    @app.post("/plan", tags=["config"], responses={422: _ERROR_REPLIES[422]})
+    async def plan_route(body: PlanRequest) -> JSONResponse:
+        """A ds_config that fits the model on the hardware: every candidate's memory (DeepSpeed's
+        estimators), the choice, the reasons with their docs links, and the validator's verdict."""
+        result = await run_in_threadpool(plan, body)
+        return JSONResponse(status_code=200, content=result.to_json())
 
     def current_engine() -> Engine:
         eng: Engine | None = getattr(app.state, "engine", None)

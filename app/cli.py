@@ -241,6 +241,38 @@ def cmd_validate_config(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if result.valid else 1
 
 
+def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
+    """Exit 0 with a plan that fits, 1 when nothing fits (the reply still explains), 2 on bad input."""
+    from pydantic import ValidationError
+
+    from app.planner import PlanRequest, plan
+
+    fields = {k: getattr(args, k) for k in PlanRequest.model_fields if getattr(args, k, None) is not None}
+    try:
+        request = PlanRequest(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first.get("loc", ())) or "input"
+        print(f"dsqa: {field}: {first.get('msg')}", file=sys.stderr)
+        return 2
+    result = plan(request)
+    if args.json:
+        _print_json(result.to_json())
+        return 0 if result.fits else 1
+    c = result.choice
+    print(f"{'plan' if result.fits else 'NOTHING FITS; nearest'}: ZeRO stage {c['stage']}, optimizer offload {c['offload_optimizer']}, "
+          f"parameter offload {c['offload_param']}, {c['precision']}")
+    print(f"\n{'stage':>5} {'opt off':>8} {'param off':>9} {'GB/GPU':>8} {'CPU GB/node':>12}  fits")
+    for cand in result.candidates:
+        print(f"{cand.stage:>5} {cand.offload_optimizer:>8} {cand.offload_param:>9} {cand.per_gpu_gb:>8.1f} {cand.per_node_cpu_gb:>12.1f}  {'yes' if cand.fits else 'no: ' + cand.why_not}")
+    print("\nwhy:")
+    for r in result.reasons:
+        print(f"- {r['text']}" + (f"\n    {r['url']}" if r["url"] else ""))
+    print(f"\nvalidated for {request.gpus_per_node * request.nodes} GPUs: {'valid' if result.validated['valid'] else result.validated['errors']}")
+    print(json.dumps(result.config, indent=2))
+    return 0 if result.fits else 1
+
+
 def cmd_snippets_report(args: argparse.Namespace, settings: Settings) -> int:
     from collections import Counter
 
@@ -341,6 +373,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--world-size", type=int, default=1)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_validate_config)
+
+    s = sub.add_parser("plan", help="plan a ds_config that fits a model on given hardware (memory from DeepSpeed's estimators)")
+    s.add_argument("--params", type=float, required=True, help="parameter count, e.g. 7e9")
+    s.add_argument("--gpus-per-node", type=int, required=True)
+    s.add_argument("--nodes", type=int, default=1)
+    s.add_argument("--gpu-mem-gb", type=float, required=True)
+    s.add_argument("--gpu-kind", default="", help="a100, h100, v100... (bf16 on Ampere and newer)")
+    s.add_argument("--cpu-mem-gb", type=float)
+    s.add_argument("--nvme", help="an NVMe path for ZeRO-Infinity offload")
+    s.add_argument("--seq-len", type=int, default=2048)
+    batch = s.add_mutually_exclusive_group()
+    batch.add_argument("--micro-batch", type=int)
+    batch.add_argument("--global-batch", type=int)
+    s.add_argument("--hidden", type=int)
+    s.add_argument("--layers", type=int)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_plan)
 
     snippets = sub.add_parser("snippets", help="snippet checks").add_subparsers(dest="snippets_command", required=True)
     s = snippets.add_parser("report", help="counts by kind and status, and stale docs snippets")

@@ -1,6 +1,6 @@
 """The MCP server for AI coding assistants: the official `mcp` SDK v2 (`MCPServer`), thin over `ask`.
 
-Tools: `ask`, `search_docs`, `get_config_option`, `validate_config`, `get_snippet`. Replies are
+Tools: `ask`, `search_docs`, `get_config_option`, `validate_config`, `plan_config`, `get_snippet`. Replies are
 compact Markdown with `[n]` citations and links, cut to a word budget (`Settings.mcp_max_words`).
 Transports: stdio (`dsqa mcp --index DIR`, see `serve_stdio`) and streamable HTTP at `/mcp` in the
 FastAPI app (`mount_mcp`, its session manager run from the app's lifespan).
@@ -26,6 +26,7 @@ from app.config_option import docs_root, find_option
 from app.engine import Engine, load_engine
 from app.errors import DsqaError, InvalidInput, NotFound, as_text
 from app.input_policy import check_json, parse_json
+from app.planner import PlanRequest, plan
 from app.schemas import MAX_K, AskRequest, AskResponse, SnippetOut
 from app.settings import Settings, input_limits
 from indexer.config_check import validate_config as check_config
@@ -117,6 +118,17 @@ def render_passages(resp: AskResponse, max_words: int, snippet_ids: dict[str, tu
     return clip_words("\n\n".join(parts), max_words)
 
 
+def render_plan(result: dict[str, Any]) -> str:
+    c = result["choice"]
+    lines = [f"**{'Plan' if result['fits'] else 'Nothing fits; nearest'}**: ZeRO stage {c['stage']}, optimizer offload {c['offload_optimizer']}, "
+             f"parameter offload {c['offload_param']}, {c['precision']}", "", "| stage | optimizer | parameters | GB/GPU | CPU GB/node | fits |", "|---|---|---|---|---|---|"]
+    lines += [f"| {x['stage']} | {x['offload_optimizer']} | {x['offload_param']} | {x['per_gpu_gb']} | {x['per_node_cpu_gb']} | {'yes' if x['fits'] else 'no'} |"
+              for x in result["candidates"]]
+    lines += ["", "**Why**"] + [f"- {r['text']}" + (f" (<{r['url']}>)" if r["url"] else "") for r in result["reasons"]]
+    lines += ["", f"Validated: {'valid' if result['validated']['valid'] else 'invalid'}", "```json", json.dumps(result["config"], indent=2), "```"]
+    return "\n".join(lines)
+
+
 def render_validation(result: dict[str, Any], max_words: int) -> str:
     errors, warnings = result.get("errors", []), result.get("warnings", [])
     head = "**valid**" if result.get("valid") else "**invalid**"
@@ -202,6 +214,30 @@ def build_mcp_server(get_engine: EngineGetter, settings: Settings, lifespan: Any
                 check_json(config, limits, field_name="config")
                 data = config
             return render_validation(check_config(data, world_size).to_json(), budget)
+
+    @server.tool(structured_output=False)
+    def plan_config(
+        params: Annotated[float, Field(gt=1e6, le=1e13, description="Parameter count, e.g. 7e9.")],
+        gpus_per_node: Annotated[int, Field(ge=1, le=64)],
+        gpu_mem_gb: Annotated[float, Field(gt=0, le=1024, description="Memory of one GPU in GB.")],
+        nodes: Annotated[int, Field(ge=1, le=4096)] = 1,
+        gpu_kind: Annotated[str, Field(max_length=32, description="a100, h100, v100... (bf16 on Ampere and newer)")] = "",
+        cpu_mem_gb: Annotated[float | None, Field(gt=0, description="CPU memory of one node in GB.")] = None,
+        nvme: Annotated[str | None, Field(max_length=256, description="An NVMe path for ZeRO-Infinity offload.")] = None,
+        seq_len: Annotated[int, Field(ge=16, le=1_048_576)] = 2048,
+        micro_batch: Annotated[int | None, Field(ge=1, le=4096)] = None,
+        global_batch: Annotated[int | None, Field(ge=1)] = None,
+    ) -> str:
+        """A ds_config that fits a model on given GPUs: each ZeRO stage/offload candidate's memory
+        (DeepSpeed's estimators), the choice, the reasons with docs links, validated."""
+        with _tool_errors():
+            try:
+                request = PlanRequest(params=params, gpus_per_node=gpus_per_node, gpu_mem_gb=gpu_mem_gb, nodes=nodes, gpu_kind=gpu_kind,
+                                      cpu_mem_gb=cpu_mem_gb, nvme=nvme, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise InvalidInput(str(first.get("msg")), field_name=".".join(str(p) for p in first.get("loc", ())) or "input") from exc
+            return clip_words(render_plan(plan(request).to_json()), budget)
 
     @server.tool(structured_output=False)
     def get_snippet(

@@ -19,7 +19,7 @@ from indexer.store import load_index
 from tests.conftest import REPO, ServerThread
 from tests.small_index import HASH_MODEL, build_small_index, small_app
 
-TOOLS = {"ask", "search_docs", "get_config_option", "validate_config", "get_snippet"}
+TOOLS = {"ask", "search_docs", "get_config_option", "validate_config", "plan_config", "get_snippet"}
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +146,13 @@ def test_stdio_answers_every_malformed_line_with_a_jsonrpc_error(index_dir: Path
     proc.wait(timeout=10)
     codes = sorted((r["id"] if r["id"] is not None else 0, r["error"]["code"]) for r in replies)
     assert codes == [(0, -32700), (0, -32700), (0, -32600), (1, -32601), (7, -32600)]
+
+
+def test_plan_config_tool_uses_the_planner(http_server: ServerThread) -> None:
+    _, (good, bad) = calls(
+        http_server.url + "/mcp",
+        ("plan_config", {"params": 7e9, "gpus_per_node": 8, "gpu_mem_gb": 40, "gpu_kind": "a100"}),
+        ("plan_config", {"params": 7e9, "gpus_per_node": 8, "gpu_mem_gb": 40, "micro_batch": 64, "global_batch": 32}),
+    )
+    assert not good.is_error and text_of(good).startswith("**Plan**: ZeRO stage 2") and '"zero_optimization"' in text_of(good)
+    assert bad.is_error and "micro_batch" in text_of(bad)

@@ -1,0 +1,207 @@
+"""The config planner: from a model size and the hardware to a ds_config that fits, with the memory
+of every candidate, the choice, and the reasons (each with its docs link).
+
+Model-state memory comes from DeepSpeed's own estimators (`estimate_zero2_model_states_mem_needs`,
+`estimate_zero3_model_states_mem_needs`), byte for byte; activation memory is an estimate from the
+standard transformer formula (stated in the reply); the rules are the table `RULES` below. The
+emitted config is checked by `indexer/config_check.validate_config` for the planned world size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from indexer.config_check import validate_config
+
+GB = 1024**3
+RESERVE = 0.10  # of GPU memory kept free (CUDA context, fragmentation, communication buffers)
+AMPERE_OR_NEWER = ("a100", "a10", "a30", "a40", "a6000", "l4", "l40", "h100", "h200", "h800", "b100", "b200", "gh200", "rtx30", "rtx40", "mi250", "mi300")
+
+# the decision rules, as data: (rule, the docs page that states it)
+RULES = {
+    "smallest_stage": ("Use the lowest ZeRO stage whose memory fits: each higher stage and every offload trades speed for memory.",
+                       "https://www.deepspeed.ai/tutorials/zero/"),
+    "offload_when_needed": ("Offload the optimizer (then the parameters) to CPU only when GPU memory does not suffice; NVMe when CPU memory does not either.",
+                            "https://www.deepspeed.ai/tutorials/zero-offload/"),
+    "stage3_params": ("Only ZeRO stage 3 partitions and offloads the parameters themselves.", "https://www.deepspeed.ai/docs/config-json/#zero-optimizations-for-fp16-training"),
+    "bf16": ("bf16 on Ampere and newer GPUs (no loss scaling needed); fp16 with dynamic loss scaling on older ones.",
+             "https://www.deepspeed.ai/docs/config-json/#bf16-training-options"),
+    "batch": ("train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x the number of GPUs.",
+              "https://www.deepspeed.ai/docs/config-json/#batch-size-related-parameters"),
+    "checkpointing": ("Activation checkpointing keeps one layer's activations instead of all of them: use it before offloading for long sequences.",
+                      "https://www.deepspeed.ai/docs/config-json/#activation-checkpointing"),
+    "estimators": ("Model-state memory per GPU and per node from DeepSpeed's ZeRO memory estimators.",
+                   "https://deepspeed.readthedocs.io/en/latest/memory.html"),
+}
+
+
+class PlanRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    params: float = Field(gt=1e6, le=1e13, description="Parameter count, e.g. 7e9.")
+    gpus_per_node: int = Field(ge=1, le=64)
+    nodes: int = Field(default=1, ge=1, le=4096)
+    gpu_mem_gb: float = Field(gt=0, le=1024, description="Memory of one GPU in GB.")
+    gpu_kind: str = Field(default="", max_length=32, description="e.g. a100, h100, v100 (decides bf16 or fp16).")
+    cpu_mem_gb: float | None = Field(default=None, gt=0, le=65536, description="CPU memory of one node in GB.")
+    nvme: str | None = Field(default=None, max_length=256, description="An NVMe path for ZeRO-Infinity offload.")
+    seq_len: int = Field(default=2048, ge=16, le=1_048_576)
+    micro_batch: int | None = Field(default=None, ge=1, le=4096)
+    global_batch: int | None = Field(default=None, ge=1, le=10_000_000)
+    hidden: int | None = Field(default=None, ge=64, le=65536)
+    layers: int | None = Field(default=None, ge=1, le=1024)
+    vocab: int = Field(default=32000, ge=100, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _batches(self) -> PlanRequest:
+        if self.micro_batch and self.global_batch and self.micro_batch * self.gpus_per_node * self.nodes > self.global_batch:
+            raise ValueError("micro_batch x GPUs is larger than global_batch: lower micro_batch or raise global_batch")
+        return self
+
+
+@dataclass
+class Candidate:
+    stage: int
+    offload_optimizer: str  # none | cpu | nvme
+    offload_param: str
+    per_gpu_gb: float  # model states + activations + reserve
+    model_states_gpu_bytes: int  # DeepSpeed's estimator, as it returns it
+    per_node_cpu_gb: float
+    model_states_cpu_bytes: int
+    fits: bool
+    why_not: str = ""
+
+
+@dataclass
+class Plan:
+    choice: dict[str, Any]
+    config: dict[str, Any]
+    candidates: list[Candidate]
+    reasons: list[dict[str, str]]
+    validated: dict[str, Any]
+    shape: dict[str, Any] = field(default_factory=dict)
+    fits: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "candidates": [asdict(c) for c in self.candidates]}
+
+
+def model_shape(req: PlanRequest) -> dict[str, Any]:
+    """Hidden size and layers as given, or derived from the parameter count for a GPT-style shape
+    (params = 12 x layers x hidden^2, hidden = 128 x layers), and the largest layer (the embedding)."""
+    if req.hidden and req.layers:
+        hidden, layers, derived = req.hidden, req.layers, False
+    else:
+        hidden = req.hidden or int(round((128 * req.params / 12) ** (1 / 3) / 128) * 128) or 128
+        layers = req.layers or max(1, round(req.params / (12 * hidden * hidden)))
+        derived = True
+    return {"hidden": hidden, "layers": layers, "largest_layer_params": req.vocab * hidden, "derived": derived}
+
+
+def activation_bytes(req: PlanRequest, shape: dict[str, Any], micro: int, checkpointing: bool) -> int:
+    """Per GPU, 16-bit: sbh(34 + 5as/h) per layer (Korthikanti et al.), heads a = hidden/128; with
+    activation checkpointing only each layer's input (2sbh) is kept, plus one layer recomputed."""
+    s, b, h, layers = req.seq_len, micro, shape["hidden"], shape["layers"]
+    heads = max(1, h // 128)
+    per_layer = s * b * h * (34 + 5 * heads * s / h)
+    if checkpointing:
+        return int(2 * s * b * h * layers + per_layer)
+    return int(per_layer * layers)
+
+
+def _estimates(req: PlanRequest, shape: dict[str, Any]) -> list[tuple[int, str, str, int, int]]:
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    p, gpn, n, largest = int(req.params), req.gpus_per_node, req.nodes, shape["largest_layer_params"]
+
+    def zero2(offload: bool) -> tuple[int, str, str, int, int]:
+        cpu, gpu = estimate_zero2_model_states_mem_needs(p, gpn, n, cpu_offload=offload)
+        return (2, "cpu" if offload else "none", "none", int(gpu), int(cpu))
+
+    def zero3(opt: bool, par: bool) -> tuple[int, str, str, int, int]:
+        cpu, gpu, _ = estimate_zero3_model_states_mem_needs(p, largest, gpn, n, cpu_offload=opt, cpu_offload_params=par)
+        return (3, "cpu" if opt else "none", "cpu" if par else "none", int(gpu), int(cpu))
+
+    # in the order the rules prefer: no offload at any stage first, then the optimizer, then the parameters
+    out = [zero2(False), zero3(False, False), zero2(True), zero3(True, False), zero3(True, True)]
+    if req.nvme:  # ZeRO-Infinity: the GPU side as with CPU offload, the states on NVMe, pinned buffers on the CPU
+        cpu, gpu, _ = estimate_zero3_model_states_mem_needs(p, largest, gpn, n, cpu_offload=True, cpu_offload_params=True)
+        out.append((3, "nvme", "nvme", int(gpu), int(4 * largest * gpn * 5)))
+    return out
+
+
+def plan(req: PlanRequest) -> Plan:
+    shape = model_shape(req)
+    world = req.gpus_per_node * req.nodes
+    micro = req.micro_batch or 1
+    accumulation = max(1, math.ceil(req.global_batch / (micro * world))) if req.global_batch else 1
+    long_sequence = req.seq_len >= 2048
+    candidates: list[Candidate] = []
+    for checkpointing in ((True,) if long_sequence else (False, True)):
+        for stage, off_opt, off_par, gpu_bytes, cpu_bytes in _estimates(req, shape):
+            act = activation_bytes(req, shape, micro, checkpointing)
+            per_gpu = (gpu_bytes + act) / GB / (1 - RESERVE)
+            per_cpu = cpu_bytes / GB
+            why = []
+            if per_gpu > req.gpu_mem_gb:
+                why.append(f"needs {per_gpu:.1f} GB per GPU of {req.gpu_mem_gb:g}")
+            if req.cpu_mem_gb is not None and per_cpu > req.cpu_mem_gb:
+                why.append(f"needs {per_cpu:.1f} GB of CPU memory per node of {req.cpu_mem_gb:g}")
+            candidates.append(Candidate(stage, off_opt, off_par, round(per_gpu, 2), gpu_bytes, round(per_cpu, 2), cpu_bytes, not why, "; ".join(why)))
+        if any(c.fits for c in candidates):
+            break
+    fitting = [c for c in candidates if c.fits]
+    chosen = fitting[0] if fitting else min(candidates, key=lambda c: c.per_gpu_gb)
+    bf16 = not req.gpu_kind or any(k in req.gpu_kind.lower().replace(" ", "") for k in AMPERE_OR_NEWER)
+    config = _config(chosen, micro, accumulation, world, bf16, req.nvme)
+    reasons = _reasons(req, chosen, bf16, long_sequence, shape, micro, accumulation, world, bool(fitting))
+    result = validate_config(config, world_size=world)
+    return Plan(
+        choice={"stage": chosen.stage, "offload_optimizer": chosen.offload_optimizer, "offload_param": chosen.offload_param,
+                "precision": "bf16" if bf16 else "fp16", "activation_checkpointing": long_sequence},
+        config=config, candidates=candidates, reasons=reasons, validated=result.to_json(), shape=shape, fits=bool(fitting),
+    )
+
+
+def _config(c: Candidate, micro: int, accumulation: int, world: int, bf16: bool, nvme: str | None) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": c.stage, "overlap_comm": True, "contiguous_gradients": True}
+    for key, device in (("offload_optimizer", c.offload_optimizer), ("offload_param", c.offload_param)):
+        if device != "none":
+            zero[key] = {"device": device, "pin_memory": True, **({"nvme_path": nvme} if device == "nvme" else {})}
+    if c.stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    return {
+        "train_batch_size": micro * accumulation * world,
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accumulation,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.0}},
+        "gradient_clipping": 1.0,
+        ("bf16" if bf16 else "fp16"): {"enabled": True} if bf16 else {"enabled": True, "loss_scale": 0, "initial_scale_power": 16},
+        "zero_optimization": zero,
+    }
+
+
+def _reasons(req: PlanRequest, c: Candidate, bf16: bool, long_sequence: bool, shape: dict[str, Any], micro: int,
+             accumulation: int, world: int, fits: bool) -> list[dict[str, str]]:
+    def say(rule: str, text: str) -> dict[str, str]:
+        return {"text": text, "rule": RULES[rule][0], "url": RULES[rule][1]}
+
+    reasons = [say("estimators", f"model states: {c.model_states_gpu_bytes / GB:.1f} GB per GPU, {c.model_states_cpu_bytes / GB:.1f} GB of CPU memory per node (DeepSpeed's estimator)")]
+    if fits:
+        reasons.append(say("smallest_stage", f"ZeRO stage {c.stage} with optimizer offload {c.offload_optimizer} and parameter offload {c.offload_param} is the first candidate that fits in {req.gpu_mem_gb:g} GB per GPU ({c.per_gpu_gb:.1f} GB planned)"))
+    else:
+        reasons.append(say("offload_when_needed", f"nothing fits: the smallest per-GPU need is {c.per_gpu_gb:.1f} GB of {req.gpu_mem_gb:g}; add GPUs or nodes, lower micro_batch or seq_len{'' if req.nvme else ', or give an NVMe path'}"))
+    if c.offload_param != "none":
+        reasons.append(say("stage3_params", "the parameters themselves do not fit: stage 3 partitions and offloads them"))
+    reasons.append(say("bf16", "bf16" + (" (the GPU kind is Ampere or newer)" if req.gpu_kind else " (no GPU kind given: assumed Ampere or newer; pass gpu_kind v100 for fp16)") if bf16 else "fp16 with dynamic loss scaling: the GPU kind predates bf16"))
+    if long_sequence:
+        reasons.append(say("checkpointing", f"sequence length {req.seq_len}: activation memory planned with checkpointing on (turn it on in the model, e.g. gradient_checkpointing_enable())"))
+    reasons.append(say("batch", f"train_batch_size {micro * accumulation * world} = micro {micro} x accumulation {accumulation} x {world} GPUs"))
+    if shape["derived"]:
+        reasons.append({"text": f"hidden {shape['hidden']} and {shape['layers']} layers were derived from the parameter count (GPT-style shape); give hidden and layers for a closer activation estimate", "rule": "", "url": ""})
+    return reasons
