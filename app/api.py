@@ -19,13 +19,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api_keys import ApiKeys, parse_keys
 from app.ask import ask, ask_events
 from app.background_verify import BackgroundVerify
+from app.doctor import diagnose
 from app.engine import Engine, load_engine
 from app.errors import DsqaError, IndexNotReady, NotConfigured, to_reply
 from app.input_policy import BodyLimit, parse_json
 from app.mcp_server import mount_mcp
 from app.metrics import mount_metrics, set_index_chunks, set_verify_progress
 from app.planner import PlanRequest, plan
-from app.schemas import AskRequest, AskResponse
+from app.schemas import AskRequest, AskResponse, DiagnoseRequest
 from app.settings import Settings, input_limits
 from app.slack_bot import mount_slack
 from app.web import mount_web
@@ -183,6 +184,22 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         request.app.state.engine = fresh
         set_index_chunks(len(fresh.index.chunks))
         return JSONResponse(status_code=200, content={"status": "reloaded", "index": fresh.index.summary()})
+
+    @app.post("/diagnose", tags=["config"], responses={413: _ERROR_REPLIES[413], 422: _ERROR_REPLIES[422]})
+    async def diagnose_route(body: DiagnoseRequest, request: Request) -> JSONResponse:
+        """Explain a DeepSpeed error: the message, the deepspeed lines that raise it and what they
+        check, ranked, with docs passages (matched exact, nearest or by retrieval)."""
+        eng: Engine | None = getattr(request.app.state, "engine", None)
+        index_dir = eng.index.path if eng is not None and eng.index is not None else None
+        retriever = eng.retriever if eng is not None else None
+
+        def search(text: str) -> list[tuple[str, str]]:
+            if retriever is None:
+                return []
+            return [(f"{h.chunk.title} > {h.chunk.heading}", h.chunk.url) for h in retriever.search(text, 3).hits]
+
+        result = await run_in_threadpool(diagnose, body.log, index_dir if index_dir and (index_dir / "errors.jsonl").is_file() else None, search)
+        return JSONResponse(status_code=200, content=result.to_json())
 
     @app.post("/plan", tags=["config"], responses={422: _ERROR_REPLIES[422]})
     async def plan_route(body: PlanRequest) -> JSONResponse:

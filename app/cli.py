@@ -241,6 +241,22 @@ def cmd_validate_config(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if result.valid else 1
 
 
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from app.doctor import MAX_LOG_CHARS, diagnose
+
+    raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()[-MAX_LOG_CHARS * 4:]
+    log = raw.decode("utf-8", "replace")
+    index_dir = args.index or settings.index_dir
+    result = diagnose(log, index_dir if (Path(index_dir) / "errors.jsonl").is_file() else None)
+    if args.json:
+        _print_json(result.to_json())
+        return 0
+    print(f"error: {result.error['type'] or '?'}: {result.error['message'][:300]}  (matched: {result.matched})")
+    for n, cause in enumerate(result.causes, 1):
+        print(f"\n{n}. {cause.title}\n   {cause.explanation}\n   fix: {cause.fix}" + (f"\n   source: {cause.source_url}" if cause.source_url else ""))
+    return 0
+
+
 def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     """Exit 0 with a plan that fits, 1 when nothing fits (the reply still explains), 2 on bad input."""
     from pydantic import ValidationError
@@ -390,6 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--layers", type=int)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_plan)
+
+    s = sub.add_parser("doctor", help="explain a DeepSpeed error from a pasted log or traceback")
+    s.add_argument("file", help="a log file, or - for stdin")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_doctor)
 
     snippets = sub.add_parser("snippets", help="snippet checks").add_subparsers(dest="snippets_command", required=True)
     s = snippets.add_parser("report", help="counts by kind and status, and stale docs snippets")

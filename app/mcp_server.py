@@ -1,6 +1,7 @@
 """The MCP server for AI coding assistants: the official `mcp` SDK v2 (`MCPServer`), thin over `ask`.
 
-Tools: `ask`, `search_docs`, `get_config_option`, `validate_config`, `plan_config`, `get_snippet`. Replies are
+Tools: `ask`, `search_docs`, `get_config_option`, `validate_config`, `plan_config`, `diagnose_error`,
+`get_snippet`. Replies are
 compact Markdown with `[n]` citations and links, cut to a word budget (`Settings.mcp_max_words`).
 Transports: stdio (`dsqa mcp --index DIR`, see `serve_stdio`) and streamable HTTP at `/mcp` in the
 FastAPI app (`mount_mcp`, its session manager run from the app's lifespan).
@@ -23,6 +24,7 @@ from pydantic import Field, ValidationError
 
 from app.ask import ask, best_snippets, snippet_out
 from app.config_option import docs_root, find_option
+from app.doctor import diagnose
 from app.engine import Engine, load_engine
 from app.errors import DsqaError, InvalidInput, NotFound, as_text
 from app.input_policy import check_json, parse_json
@@ -238,6 +240,20 @@ def build_mcp_server(get_engine: EngineGetter, settings: Settings, lifespan: Any
                 first = exc.errors()[0]
                 raise InvalidInput(str(first.get("msg")), field_name=".".join(str(p) for p in first.get("loc", ())) or "input") from exc
             return clip_words(render_plan(plan(request).to_json()), budget)
+
+    @server.tool(structured_output=False)
+    def diagnose_error(
+        log: Annotated[str, Field(min_length=1, max_length=1_000_000, description="A DeepSpeed log or traceback (its tail is read).")],
+    ) -> str:
+        """Explain a DeepSpeed error: the message, the deepspeed lines that raise it and what they check."""
+        with _tool_errors():
+            engine = get_engine()
+            index = engine.index
+            result = diagnose(log, index.path if index is not None and (index.path / "errors.jsonl").is_file() else None)
+            lines = [f"**{result.error['type'] or 'Error'}**: {result.error['message'][:300]} (matched: {result.matched})"]
+            for n, cause in enumerate(result.causes, 1):
+                lines += [f"{n}. {cause.title}", f"   {cause.explanation}", f"   fix: {cause.fix}"] + ([f"   source: <{cause.source_url}>"] if cause.source_url else [])
+            return clip_words("\n".join(lines), budget)
 
     @server.tool(structured_output=False)
     def get_snippet(

@@ -73,3 +73,9 @@ class AskResponse(BaseModel):
     index: dict[str, Any]
     timings_ms: dict[str, float]
     query: str = ""
+
+
+class DiagnoseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    log: str = Field(min_length=1, max_length=1_000_000, description="A DeepSpeed log or traceback (its tail is read).")

@@ -18,6 +18,7 @@ from indexer.config_catalogue import deepspeed_version
 from indexer.docs_source import find_docs_root, read_docs_dir, read_notes_dir
 from indexer.documents import Chunk, Document, Snippet, content_hash
 from indexer.embedder import Embedder, VectorCache, embed_with_cache
+from indexer.error_catalogue import ERRORS_FILE, build_error_catalogue, write_error_catalogue
 from indexer.onnx_encoder import ENCODER_DIR, MODEL_FILE, export_encoder, has_encoder
 from indexer.package_source import read_api_docs, read_config_catalogue
 from indexer.snippet_check import check_snippet
@@ -84,6 +85,20 @@ def chunk_all(documents: list[Document], budget: ChunkBudget | None = None) -> t
         for s in doc_snippets:
             snippets.setdefault(s.id, s)
     return chunks, list(snippets.values())
+
+
+def error_catalogue(cache_dir: Path | None) -> Path | None:
+    """The installed deepspeed's error catalogue, built once per version into the cache (None
+    without a cache dir: test indexes; the doctor then builds it on first use)."""
+    if cache_dir is None:
+        return None
+    file = cache_dir / f"errors-{deepspeed_version()}.jsonl"
+    if not file.is_file():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_suffix(".tmp")
+        write_error_catalogue(tmp, build_error_catalogue())
+        tmp.replace(file)
+    return file
 
 
 def query_encoder(embedder: Embedder, cache_dir: Path | None) -> Path | None:
@@ -153,5 +168,9 @@ def build_index(
     encoder = query_encoder(embedder, cache_dir)
     if encoder is not None:
         manifest["query_encoder"] = f"onnx ({ENCODER_DIR}/{MODEL_FILE})"
-    write_index(out, chunks, snippets, vectors, manifest, units=(units, unit_vectors), extra_dirs={ENCODER_DIR: encoder} if encoder else None)
+    errors = error_catalogue(cache_dir)
+    if errors is not None:
+        manifest["error_catalogue"] = ERRORS_FILE
+    write_index(out, chunks, snippets, vectors, manifest, units=(units, unit_vectors), extra_dirs={ENCODER_DIR: encoder} if encoder else None,
+                extra_files={ERRORS_FILE: errors} if errors is not None else None)
     return BuildReport(out, len(chunks), len(snippets), embedded, time.perf_counter() - start, by_source, missing)

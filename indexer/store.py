@@ -105,6 +105,7 @@ def write_index(
     *,
     units: tuple[list[list[Unit]], np.ndarray] | None = None,
     extra_dirs: dict[str, Path] | None = None,
+    extra_files: dict[str, Path] | None = None,
 ) -> Path:
     """Write everything into a temp dir beside `out`, then swap it into place. `units`: each chunk's
     text units and one vector per unit, chunk by chunk."""
@@ -133,6 +134,8 @@ def write_index(
         bm25.save(str(tmp / "bm25"))
         for name, source in (extra_dirs or {}).items():  # e.g. the ONNX query encoder: checksummed like the rest
             shutil.copytree(source, tmp / name)
+        for name, file in (extra_files or {}).items():  # e.g. the error catalogue
+            shutil.copyfile(file, tmp / name)
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
         manifest = {
             **manifest,

@@ -19,7 +19,7 @@ from indexer.store import load_index
 from tests.conftest import REPO, ServerThread
 from tests.small_index import HASH_MODEL, build_small_index, small_app
 
-TOOLS = {"ask", "search_docs", "get_config_option", "validate_config", "plan_config", "get_snippet"}
+TOOLS = {"ask", "search_docs", "get_config_option", "validate_config", "plan_config", "diagnose_error", "get_snippet"}
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +156,8 @@ def test_plan_config_tool_uses_the_planner(http_server: ServerThread) -> None:
     )
     assert not good.is_error and text_of(good).startswith("**Plan**: ZeRO stage 2") and '"zero_optimization"' in text_of(good)
     assert bad.is_error and "micro_batch" in text_of(bad)
+
+
+def test_diagnose_error_tool_names_the_raising_line(http_server: ServerThread) -> None:
+    _, (answer,) = calls(http_server.url + "/mcp", ("diagnose_error", {"log": "ValueError: Muon and reduce scatter cannot be used together"}))
+    assert not answer.is_error and "(matched: exact)" in text_of(answer) and "deepspeed/runtime/zero/stage3.py" in text_of(answer)

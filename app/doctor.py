@@ -1,0 +1,156 @@
+"""The error doctor: a pasted DeepSpeed log or traceback -> the error, the lines of deepspeed that
+raise it, what they check, and where the docs and our notes speak of it.
+
+The log is cleaned (ANSI colours, `[rank3]:` prefixes), only its tail and error blocks are read
+(bounded), the last exception line is the error. It is matched against the error catalogue of the
+installed deepspeed (`indexer/error_catalogue.py`): exact patterns first (the longest fixed text
+wins), then the nearest messages, then retrieval over the docs and notes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from indexer.config_catalogue import deepspeed_version
+from indexer.error_catalogue import ERRORS_FILE, RaisedError, build_error_catalogue, read_error_catalogue
+
+MAX_LOG_CHARS = 200_000  # the tail that is read; errors are at the end of a log
+MAX_MESSAGE_CHARS = 2_000  # of the error message matched against the catalogue
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_RANK = re.compile(r"^\s*\[(?:rank|Rank)\s*\d+\]:?\s?", re.M)
+_EXC_LINE = re.compile(r"^\s*((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Warning)|AssertionError)(?::\s?(.*))?$")
+_VERSION = {"deepspeed": re.compile(r"deepspeed(?:\s+version)?[\s:=v(]+(\d+\.\d+\.\d+)", re.I),
+            "torch": re.compile(r"torch(?:\s+version)?[\s:=v(]+(\d+\.\d+(?:\.\d+)?)", re.I)}
+
+
+@dataclass
+class Cause:
+    title: str
+    explanation: str
+    fix: str
+    source_url: str = ""
+    doc_urls: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Diagnosis:
+    error: dict[str, str]
+    versions: dict[str, str]
+    matched: str  # exact | nearest | retrieval | none
+    causes: list[Cause]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def extract_error(log: str) -> tuple[str, str]:
+    """(exception type, message) of the last exception line; a message may run on a few lines."""
+    text = _RANK.sub("", _ANSI.sub("", log[-MAX_LOG_CHARS:]))
+    lines = text.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = _EXC_LINE.match(lines[i])
+        if m and not lines[i].startswith(("  File ", "    ")):
+            message = (m.group(2) or "").strip()
+            more = [ln.strip() for ln in lines[i + 1:i + 4] if ln.strip() and not ln.lstrip().startswith(("File ", "[", "Traceback"))]
+            return m.group(1).rsplit(".", 1)[-1], " ".join([message, *more]).strip()[:MAX_MESSAGE_CHARS]
+    tail = [ln.strip() for ln in lines if ln.strip() and ln.isprintable()]
+    return "", (tail[-1][:MAX_MESSAGE_CHARS] if tail else "")
+
+
+def versions_in(log: str) -> dict[str, str]:
+    found = {}
+    for name, pattern in _VERSION.items():
+        m = pattern.search(log[-MAX_LOG_CHARS:])
+        if m:
+            found[name] = m.group(1)
+    return found
+
+
+@lru_cache(maxsize=4)
+def _catalogue(index_dir: str | None) -> tuple[RaisedError, ...]:
+    path = Path(index_dir) / ERRORS_FILE if index_dir else None
+    if path is not None and path.is_file():
+        return tuple(read_error_catalogue(path)[1])
+    return tuple(build_error_catalogue())
+
+
+@lru_cache(maxsize=4)
+def _compiled(catalogue: tuple[RaisedError, ...]) -> tuple[tuple[RaisedError, str, re.Pattern[str]], ...]:
+    """Each pattern compiled once, with its longest fixed fragment: a cheap `in` test first, so a
+    long message is scanned by the few regexes whose fixed text it holds."""
+    out = []
+    for e in catalogue:
+        if e.pattern:
+            fragment = max((" ".join(p.split()) for p in e.template.split("{}")), key=len)
+            out.append((e, fragment, re.compile(e.pattern)))
+    return tuple(out)
+
+
+_WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
+
+
+@lru_cache(maxsize=4)
+def _word_sets(catalogue: tuple[RaisedError, ...]) -> tuple[frozenset[str], ...]:
+    return tuple(frozenset(_WORD.findall(e.template.lower())) for e in catalogue)
+
+
+def nearest(message: str, catalogue: tuple[RaisedError, ...], n: int = 3, cutoff: float = 0.6) -> list[tuple[float, RaisedError]]:
+    """Catalogue messages most of whose words the message holds (a message reworded across versions)."""
+    words = frozenset(_WORD.findall(message.lower()))
+    if len(words) < 3:
+        return []
+    scored = []
+    for entry, theirs in zip(catalogue, _word_sets(catalogue), strict=True):
+        if len(theirs) >= 3:
+            score = len(words & theirs) / len(theirs | words) ** 0.5 / len(theirs) ** 0.5
+            if score >= cutoff:
+                scored.append((score, entry))
+    return sorted(scored, key=lambda s: -s[0])[:n]
+
+
+def _cause(entry: RaisedError, how: str) -> Cause:
+    where = f"`{entry.function}` in {entry.path}" if entry.function != "<module>" else entry.path
+    condition = f" when `{entry.condition}`" if entry.condition else ""
+    names = ", ".join(f"`{n}`" for n in entry.names[:4])
+    fix = f"check {names} in your config or call" if names else "see the raising line for the condition it checks"
+    return Cause(title=f"{entry.exception or 'Error'}: {entry.template}"[:300],
+                 explanation=f"{how}: raised by {where}{condition} (deepspeed {deepspeed_version()})",
+                 fix=fix, source_url=entry.url(deepspeed_version()))
+
+
+def diagnose(log: str, index_dir: Path | None = None, search: Any = None) -> Diagnosis:
+    """`search(text) -> list[(title, url)]`: retrieval over the docs and notes (optional)."""
+    exception, message = extract_error(log)
+    seen = versions_in(log)
+    error = {"type": exception, "message": message[:1000]}
+    if not message and not exception:
+        return Diagnosis(error, seen, "none", [Cause("no error found", "the text holds no exception line or message", "paste the traceback or the last lines of the log")])
+    catalogue = _catalogue(str(index_dir) if index_dir else None)
+    flat = " ".join(message[:MAX_MESSAGE_CHARS].split())  # patterns have holes: keep the text they scan short
+    exact = [e for e, fragment, pattern in _compiled(catalogue) if fragment in flat and pattern.search(flat)]
+    exact.sort(key=lambda e: -len(re.sub(r"\{\}", "", e.template)))
+    causes: list[Cause]
+    if exact:
+        matched, causes = "exact", [_cause(e, "this exact message") for e in exact[:3]]
+    else:
+        near = nearest(flat, catalogue)
+        if near:
+            matched, causes = "nearest", [_cause(e, f"a close message ({score:.0%} of its words)") for score, e in near]
+        else:
+            matched, causes = ("retrieval", []) if search is not None else ("none", [])
+    docs = search(f"{exception} {flat}"[:500]) if search is not None else []
+    for cause in causes:
+        cause.doc_urls = [url for _, url in docs[:3]]
+    if not causes and docs:
+        causes = [Cause(title, "not a message the installed deepspeed raises; the closest passage of the docs and notes", "read the passage", doc_urls=[url]) for title, url in docs[:3]]
+    if not causes:
+        causes = [Cause("no DeepSpeed error recognised", "the message is not one the installed deepspeed raises, and no passage matched",
+                        "paste the traceback's last lines (the exception and its message), or ask the question in words")]
+    if seen.get("deepspeed") and seen["deepspeed"] != deepspeed_version():
+        for cause in causes:
+            cause.explanation += f"; note: the log is from deepspeed {seen['deepspeed']}, the catalogue from {deepspeed_version()}"
+    return Diagnosis(error, seen, matched, causes)

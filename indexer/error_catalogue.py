@@ -1,0 +1,145 @@
+"""The error catalogue: every `raise X("...")` and `assert cond, "..."` in the installed deepspeed,
+with its message turned into a matching pattern (f-string, %-format and .format fields become
+holes), the exception type, the file and line (a GitHub URL at the installed version's tag), the
+enclosing function, the condition that raises it, and the config keys or names it mentions.
+
+Built once per deepspeed version (it reads the package source with `ast`; a few seconds) and
+stored in the index as `errors.jsonl`. `app/doctor.py` matches a pasted log against it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from indexer.config_catalogue import deepspeed_version
+
+ERRORS_FILE = "errors.jsonl"
+GITHUB_BLOB = "https://github.com/deepspeedai/DeepSpeed/blob/v{version}/{path}#L{line}"
+MIN_LITERAL = 12  # characters of fixed text a pattern needs to be usable
+_HOLE = "\x00"
+
+
+@dataclass(frozen=True)
+class RaisedError:
+    exception: str
+    template: str  # the message with {} where a value goes
+    pattern: str  # a regex over the message ('' when too little fixed text to match on)
+    path: str  # relative to the deepspeed package's parent: deepspeed/runtime/...
+    line: int
+    function: str
+    condition: str  # the assert's test, or the `if` the raise sits in
+    names: tuple[str, ...]  # config keys and identifiers the message and condition mention
+
+    def url(self, version: str) -> str:
+        return GITHUB_BLOB.format(version=version, path=self.path, line=self.line)
+
+
+def _message_template(node: ast.AST) -> str | None:
+    """The message of a raise/assert argument with holes for its computed parts."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else _HOLE for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        left = _message_template(node.left)
+        return re.sub(r"%[-+ #0]*\d*(?:\.\d+)?[sdrfgixXe]", _HOLE, left) if left is not None else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _message_template(node.left), _message_template(node.right)
+        return (left if left is not None else _HOLE) + (right if right is not None else _HOLE)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+        base = _message_template(node.func.value)
+        return re.sub(r"\{[^{}]*\}", _HOLE, base) if base is not None else None
+    return None
+
+
+def _pattern(template: str) -> str:
+    literal = template.replace(_HOLE, "")
+    if len(literal.strip()) < MIN_LITERAL:
+        return ""
+    parts = [re.escape(" ".join(p.split())) for p in template.split(_HOLE)]
+    return r"\s*(.+?)\s*".join(parts).replace(r"\ ", r"\s+")
+
+
+_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[a-z_]+(?:\.[a-z_0-9]+)+\b")
+
+
+def _entries(tree: ast.AST, rel: str) -> list[RaisedError]:
+    out: list[RaisedError] = []
+
+    def visit(node: ast.AST, function: str, condition: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            fn, cond = function, condition
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                fn = child.name
+            if isinstance(child, ast.If):
+                cond = ast.unparse(child.test)[:200]
+            message: ast.AST | None = None
+            exception = ""
+            if isinstance(child, ast.Raise) and isinstance(child.exc, ast.Call) and child.exc.args:
+                exception = ast.unparse(child.exc.func).rsplit(".", 1)[-1]
+                message = child.exc.args[0]
+            elif isinstance(child, ast.Assert) and child.msg is not None:
+                exception, message, cond = "AssertionError", child.msg, ast.unparse(child.test)[:200]
+            if message is not None:
+                template = _message_template(message)
+                if template and template.strip(_HOLE + " "):
+                    shown = " ".join(template.replace(_HOLE, "{}").split())
+                    names = tuple(dict.fromkeys(_NAME.findall(shown + " " + cond)))[:8]
+                    out.append(RaisedError(exception, shown[:400], _pattern(template), rel, getattr(child, "lineno", 0), fn, cond, names))
+            visit(child, fn, cond)
+
+    visit(tree, "<module>", "")
+    # messages kept in module constants and raised through a variable ({key: message} tables)
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and any(
+                isinstance(t, ast.Name) and t.id.lstrip("_").isupper() for t in node.targets):
+            table = next(t.id for t in node.targets if isinstance(t, ast.Name))
+            for key, value in zip(node.value.keys, node.value.values, strict=False):
+                template = _message_template(value) if value is not None else None
+                if template and len(template) >= 40 and " " in template:
+                    shown = " ".join(template.replace(_HOLE, "{}").split())
+                    label = ast.unparse(key) if key is not None else ""
+                    names = tuple(dict.fromkeys(_NAME.findall(shown)))[:8]
+                    out.append(RaisedError("", shown[:400], _pattern(template), rel, getattr(value, "lineno", node.lineno), table, f"key {label}", names))
+    return out
+
+
+def build_error_catalogue(package_dir: Path | None = None) -> list[RaisedError]:
+    """Every raise/assert message of the installed deepspeed package."""
+    if package_dir is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("deepspeed")
+        if spec is None or not spec.submodule_search_locations:
+            return []
+        package_dir = Path(next(iter(spec.submodule_search_locations)))
+    entries: list[RaisedError] = []
+    for file in sorted(package_dir.rglob("*.py")):
+        try:
+            tree = ast.parse(file.read_text(encoding="utf-8", errors="replace"))
+        except (SyntaxError, ValueError):
+            continue
+        entries += _entries(tree, file.relative_to(package_dir.parent).as_posix())
+    return entries
+
+
+def write_error_catalogue(path: Path, entries: list[RaisedError]) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        f.write(json.dumps({"deepspeed": deepspeed_version(), "messages": len(entries), "with_pattern": sum(1 for e in entries if e.pattern)}) + "\n")
+        for e in entries:
+            f.write(json.dumps(asdict(e), ensure_ascii=False) + "\n")
+
+
+def read_error_catalogue(path: Path) -> tuple[dict[str, object], list[RaisedError]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    head = json.loads(lines[0]) if lines else {}
+    entries = []
+    for line in lines[1:]:
+        row = json.loads(line)
+        row["names"] = tuple(row.get("names", ()))
+        entries.append(RaisedError(**row))
+    return head, entries

@@ -1,0 +1,64 @@
+"""The error doctor over the installed deepspeed's error catalogue: the errors are ones deepspeed
+0.19.8 itself raised when `dsqa verify` ran the docs' snippets; each must be matched exactly to the
+line that raises it."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.doctor import diagnose, extract_error, versions_in
+from indexer.error_catalogue import build_error_catalogue
+
+RAISED = [  # (the log's last lines, the file and function that raise it)
+    ("deepspeed.runtime.config.DeepSpeedConfigError: MiCS ZeRO-3 sharding has been removed; 'zero_optimization.mics_shard_size' "
+     "is no longer supported. See https://github.com/deepspeedai/DeepSpeed/issues/8489.", "deepspeed/runtime/config.py"),
+    ("ValueError: Muon and reduce scatter cannot be used together", "deepspeed/runtime/zero/stage3.py"),
+    ("AssertionError: results_dir cannot be empty", "deepspeed/autotuning/config.py"),
+    ("AssertionError: OneBitAdam is not a supported DeepSpeed Optimizer", "deepspeed/runtime/engine.py"),
+    ("ValueError: 'max_grad_norm' is not supported as an optimizer parameter, please switch to using the deepspeed parameter "
+     "'gradient_clipping' see: https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details", "deepspeed/runtime/engine.py"),
+    ("deepspeed.runtime.config.DeepSpeedConfigError: The DeepSpeed compression library has been removed. A leftover "
+     "'compression_training' block would be ignored and the model would train unquantized. See "
+     "https://github.com/deepspeedai/DeepSpeed/issues/8489.", "deepspeed/runtime/config.py"),
+    ("deepspeed.utils.exceptions.DeprecatedException: Please do not use the groups.initialize() API as it is deprecated. "
+     "Instead, pass the desired ep_size to deepspeed.moe.layer.MoE(..,ep_size,..)", "deepspeed/utils/groups.py"),
+]
+
+
+def test_the_catalogue_holds_nearly_every_message_with_a_pattern() -> None:
+    entries = build_error_catalogue()
+    with_pattern = sum(1 for e in entries if e.pattern)
+    print(f"\n{len(entries)} messages, {with_pattern} with a pattern")
+    assert len(entries) > 1000 and with_pattern / len(entries) >= 0.9
+
+
+@pytest.mark.parametrize(("line", "path"), RAISED, ids=[p[0].split(":")[0].rsplit(".", 1)[-1] + str(i) for i, p in enumerate(RAISED)])
+def test_errors_deepspeed_raised_are_matched_to_their_line(line: str, path: str) -> None:
+    log = "\n".join(["[rank3]: Traceback (most recent call last):", '[rank3]:   File "train.py", line 12, in <module>',
+                     "[rank3]:     engine, *_ = deepspeed.initialize(model=model, config=cfg)", f"[rank3]: \x1b[31m{line}\x1b[0m"])
+    result = diagnose(log)
+    assert result.matched == "exact", result.to_json()
+    assert path in result.causes[0].source_url and "/blob/v0.19.8/" in result.causes[0].source_url
+
+
+def test_extraction_reads_through_ranks_colours_and_versions() -> None:
+    log = "ds_report: deepspeed version 0.16.4, torch version 2.5.1\n[rank0]: \x1b[1mAssertionError: results_dir cannot be empty\x1b[0m\n"
+    assert extract_error(log) == ("AssertionError", "results_dir cannot be empty")
+    assert versions_in(log) == {"deepspeed": "0.16.4", "torch": "2.5.1"}
+    assert "from deepspeed 0.16.4" in diagnose(log).causes[0].explanation  # another version than the catalogue's
+
+
+@pytest.mark.parametrize("log", ["", "   \n\n", "\x00\x01\x02" * 1000, "x" * 3_000_000])
+def test_junk_and_huge_logs_get_a_clear_reply(log: str) -> None:
+    result = diagnose(log)
+    assert result.matched in ("none", "nearest", "exact") and result.causes
+
+
+def test_diagnose_route(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from tests.small_index import build_small_index, small_app
+
+    with TestClient(small_app(build_small_index(tmp_path_factory))) as http:
+        r = http.post("/diagnose", json={"log": RAISED[1][0]})
+        assert r.status_code == 200 and r.json()["matched"] == "exact" and r.json()["causes"][0]["source_url"].endswith("#L361")
+        assert http.post("/diagnose", json={"log": ""}).status_code == 422
