@@ -111,6 +111,8 @@ def blame_failure(kind: str, code: str, status: str, reason: str, stderr: str = 
     shape = _SHAPE_ERROR.search(text)
     if shape and any(a.startswith("prelude supplied") for a in adaptations) and (shape.group(1) or shape.group(2)) in _STAND_IN_SHAPES:
         return Blame(BLAME_HARNESS, f"the harness's stand-ins are not shaped like the tutorial's objects (a {shape.group(1) or shape.group(2)})")
+    if any(a.startswith("no optimizer block") for a in adaptations) and re.search(r"optimizer|adam", text, re.I):
+        return Blame(BLAME_HARNESS, "the harness's stand-in optimizer (torch AdamW) is not the one the snippet's page configures")
     if "no MoE layers detected" in text:
         return Blame(BLAME_HARNESS, "the harness's tiny model is not the MoE model the config is written for")
     if failing and re.search(r"\bis_pinned\b|\bpin_memory\b", failing) and "AssertionError" in text:

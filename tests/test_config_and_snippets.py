@@ -266,6 +266,9 @@ def test_blame_rules_on_small_cases() -> None:
     filled = ["placeholder <comma-separated-dash-range> filled with x"]
     assert blame_failure("launcher", "deepspeed --bind_core_list <r> t.py", "failed",
                          "ValueError: Bad range: 'x', range must be a number", adaptations=filled).party == "harness"
+    base = ["no optimizer block: the base's torch AdamW (lr 1e-3) added"]
+    assert blame_failure("ds_config", '{"zero_optimization": {"offload_optimizer": {"ratio": 0.3}}}', "failed",
+                         "AssertionError: Hybrid Optimizer Only Supports DeepSpeedCPUAdam", adaptations=base).party == "harness"
     pinned = blame_failure("python", "p = get_accelerator().pin_memory(t)\nassert get_accelerator().is_pinned(p)", "failed",
                            "AssertionError", 'File "snippet.py", line 2\nAssertionError')
     assert pinned.party == "environment"
