@@ -133,7 +133,7 @@ def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
     if not caps.cuda and _fp16_enabled(run_cfg):
         run_cfg, note = fp16_as_bf16(run_cfg)
         notes.insert(0, note)
-    if fragment:
+    if re.search(r"\.\.\.|…|<[A-Za-z_ ]+>", code):  # not merely an excerpt without braces
         notes.insert(0, "placeholders ('...', <...>) removed before parsing")
     unknown = []
     for f in validate_config(run_cfg, world_size=world).errors:
