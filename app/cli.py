@@ -80,7 +80,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from app.api import create_app
     from app.engine import load_engine
     from app.logs import configure_logging
-    from indexer.store import IndexError_, check_index
+    from indexer.store import IndexError_, index_present
 
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
@@ -88,7 +88,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     settings = settings.model_copy(update={"host": args.host or settings.host, "port": args.port or settings.port})
     configure_logging(json_lines=settings.log_json)
     try:  # a damaged index stops the start with one line; a missing one starts not-ready (503 until built)
-        engine = load_engine(settings, strict=True) if check_index(settings.index_dir) else None
+        engine = load_engine(settings, strict=True) if index_present(settings.index_dir) else None
     except IndexError_ as exc:
         print(f"dsqa: {exc}", file=sys.stderr)
         return 3

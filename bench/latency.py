@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -35,10 +36,8 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-def bare_encode_ms(questions: list[str]) -> dict[str, float]:
-    from indexer.embedder import SentenceTransformerEmbedder
-
-    model = SentenceTransformerEmbedder()
+def encode_ms(model: Any, questions: list[str]) -> dict[str, float]:
+    """p50/p99 of encoding one question at a time, after a warm-up."""
     model.embed(questions[:3])
     times = []
     for q in questions:
@@ -46,19 +45,18 @@ def bare_encode_ms(questions: list[str]) -> dict[str, float]:
         model.embed([q])
         times.append((time.perf_counter() - t) * 1000)
     return {"p50": statistics.median(times), "p99": _pct(times, 99)}
+
+
+def bare_encode_ms(questions: list[str]) -> dict[str, float]:
+    from indexer.embedder import SentenceTransformerEmbedder
+
+    return encode_ms(SentenceTransformerEmbedder(), questions)
 
 
 def onnx_encode_ms(index: Path, questions: list[str]) -> dict[str, float]:
     from indexer.onnx_encoder import ENCODER_DIR, OnnxEmbedder
 
-    model = OnnxEmbedder(index / ENCODER_DIR, threads=2)  # the service default (DSQA_ENCODER_THREADS)
-    model.embed(questions[:3])
-    times = []
-    for q in questions:
-        t = time.perf_counter()
-        model.embed([q])
-        times.append((time.perf_counter() - t) * 1000)
-    return {"p50": statistics.median(times), "p99": _pct(times, 99)}
+    return encode_ms(OnnxEmbedder(index / ENCODER_DIR, threads=2), questions)  # the service default (DSQA_ENCODER_THREADS)
 
 
 def serve(index: Path, port: int) -> subprocess.Popen[bytes]:

@@ -30,7 +30,13 @@ from typing import Any
 from eval.requirements import Capabilities
 from indexer.launcher_line import hostfile_hosts, launcher_lines, parse_filled
 from indexer.python_check import PUBLIC_NAMESPACES, strip_repl
-from indexer.snippet_check import fill_config_placeholders, parse_config_text, placed, stage_it_needs
+from indexer.snippet_check import (
+    fill_config_placeholders,
+    parse_config_text,
+    placed,
+    stage_it_needs,
+    with_stage,
+)
 
 RUNNABLE_KINDS = ("ds_config", "python", "launcher", "hostfile")
 DRIVERS = Path(__file__).resolve().parent / "drivers"
@@ -124,8 +130,7 @@ def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
     cfg, where = placed(cfg)
     stage = stage_it_needs(cfg) if fragment or where or not any(k in cfg for k in ("train_batch_size", "train_micro_batch_size_per_gpu")) else None
     if stage is not None:
-        section = cfg.get("zero_optimization")
-        cfg = {**cfg, "zero_optimization": {**(section if isinstance(section, dict) else {}), "stage": stage}}
+        cfg = with_stage(cfg, stage)
         notes_filled.append(f"ZeRO stage {stage} added: the excerpt needs the stage its page sets elsewhere")
     world = 1  # one process per config run
     run_cfg, notes = adapt_config(cfg, world)

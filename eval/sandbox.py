@@ -159,13 +159,16 @@ def minimal_root_available() -> bool:
     """True when the minimal root can be built here and a program in it sees none of the host."""
     if not namespaces_available():
         return False
+    return _probe(_MINIMAL_ROOT, _keep_visible({}), [sys.executable, "-c",
+                  "import os, pathlib; pathlib.Path('/tmp/ok').write_text('1'); assert not os.path.exists('/etc/shadow')"], timeout_s=30)
+
+
+def _probe(setup: str, keep_ro: str, command: list[str], timeout_s: float) -> bool:
+    """Whether `command`, run under a set-up script in new namespaces, could write /tmp/ok there."""
     probe = tempfile.mkdtemp(prefix="dsqa-probe-")
     try:
-        r = subprocess.run(
-            ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _MINIMAL_ROOT, "sh", probe, "", _keep_visible({}), sys.executable, "-c",
-             "import os, pathlib; pathlib.Path('/tmp/ok').write_text('1'); assert not os.path.exists('/etc/shadow')"],
-            capture_output=True, timeout=30,
-        )
+        r = subprocess.run(["unshare", "-rnmpf", "--kill-child", "sh", "-c", setup, "sh", probe, "", keep_ro, *command],
+                           capture_output=True, timeout=timeout_s)
         return r.returncode == 0 and (Path(probe) / "ok").exists()
     except (OSError, subprocess.SubprocessError):
         return False
@@ -178,18 +181,7 @@ def namespaces_available() -> bool:
     """True when `unshare` can make user+net+mount+pid namespaces and mount over /tmp here."""
     if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
         return False
-    probe = tempfile.mkdtemp(prefix="dsqa-probe-")
-    try:
-        r = subprocess.run(
-            ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _SETUP, "sh", probe, "", "", "sh", "-c",
-             "touch /tmp/ok && ! touch /usr/.dsqa_probe 2>/dev/null"],
-            capture_output=True, timeout=20,
-        )
-        return r.returncode == 0 and (Path(probe) / "ok").exists()
-    except (OSError, subprocess.SubprocessError):
-        return False
-    finally:
-        shutil.rmtree(probe, ignore_errors=True)
+    return _probe(_SETUP, "", ["sh", "-c", "touch /tmp/ok && ! touch /usr/.dsqa_probe 2>/dev/null"], timeout_s=20)
 
 
 def _keep_visible(env: Mapping[str, str]) -> str:

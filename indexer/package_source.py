@@ -16,6 +16,7 @@ from typing import Any
 from indexer.config_catalogue import ConfigKey, build_catalogue, deepspeed_version
 from indexer.documents import Block, Document, Section
 from indexer.markdown import clean_prose, split_front_matter
+from indexer.text_units import CATALOGUE_ENTRY
 
 log = logging.getLogger(__name__)
 
@@ -231,13 +232,15 @@ def describe_key(key: ConfigKey, prose: dict[str, str]) -> str:
     return text
 
 
-KEY_FACTS = re.compile(r"^`([\w.\-]+)` \(type ([^;]+); default ([^;\n]*?)[;)]", re.M)
-
-
 def key_facts(text: str) -> dict[str, tuple[str, str]]:
     """Path -> (type, default) of every key a config passage describes (the lines `describe_key`
-    writes), so the service reads the catalogue from its index without importing deepspeed."""
-    return {m.group(1): (m.group(2), m.group(3)) for m in KEY_FACTS.finditer(text)}
+    writes, read with the one pattern the text units use), so the service reads the catalogue from
+    its index without importing deepspeed."""
+    facts = {}
+    for m in map(CATALOGUE_ENTRY.match, text.splitlines()):
+        if m:
+            facts[m.group("key")] = (m.group("type"), m.group("default").split("; also accepted as ")[0])
+    return facts
 
 
 def read_config_catalogue(docs_root: Path | None) -> list[Document]:

@@ -89,11 +89,10 @@ def stage_it_needs(cfg: dict[str, Any]) -> int | None:
     first = validate_config(base).errors
     if not first or "stage" not in first[0].message.lower():
         return None
-    staged = {**base, "zero_optimization": {**(zero if isinstance(zero, dict) else {}), "stage": 3}}
-    return 3 if not validate_config(staged).errors else None
+    return 3 if not validate_config(with_stage(base, 3)).errors else None
 
 
-def _with_stage(cfg: dict[str, Any], stage: int) -> dict[str, Any]:
+def with_stage(cfg: dict[str, Any], stage: int) -> dict[str, Any]:
     zero = cfg.get("zero_optimization")
     return {**cfg, "zero_optimization": {**(zero if isinstance(zero, dict) else {}), "stage": stage}}
 
@@ -180,7 +179,7 @@ def check_ds_config(code: str) -> tuple[str, str]:
         cfg = {"train_micro_batch_size_per_gpu": 1, **cfg}
     stage = stage_it_needs(cfg) if fragment else None
     if stage is not None:
-        cfg = _with_stage(cfg, stage)
+        cfg = with_stage(cfg, stage)
     result = validate_config(cfg)
     if result.errors:
         first = result.errors[0]

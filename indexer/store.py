@@ -222,14 +222,18 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def check_index(path: Path) -> bool:
-    """False when there is no index at `path` (not built yet); True when it is whole; raises
-    IndexError_ naming the file and the problem when it is damaged: a manifest without checksums,
-    a file missing or changed."""
+def index_present(path: Path) -> bool:
+    """Whether an index (whole or damaged) is at `path`, after putting back one a killed build left
+    aside; False means not built yet."""
+    recover_swap(Path(path))
+    return (Path(path) / MANIFEST).is_file()
+
+
+def check_index(path: Path) -> dict[str, Any]:
+    """The manifest of a whole index; raises IndexError_ naming the file and the problem when there
+    is none or it is damaged: a manifest without checksums, a file missing or changed."""
     path = Path(path)
     recover_swap(path)
-    if not (path / MANIFEST).is_file():
-        return False
     manifest = read_manifest(path)
     checksums = manifest.get("checksums")
     if not isinstance(checksums, dict) or not checksums:
@@ -238,7 +242,7 @@ def check_index(path: Path) -> bool:
         file = path / rel
         if not file.is_file() or _sha256(file) != digest:
             raise IndexError_(f"index at {path} is damaged: {rel} is missing or changed; rebuild it")
-    return True
+    return manifest
 
 
 def _read(path: Path, rel: str, reader: Any) -> Any:
@@ -263,10 +267,7 @@ def _bm25(file: Path) -> bm25s.BM25:
 
 def load_index(path: Path, verify: bool = True) -> LoadedIndex:
     path = Path(path)
-    if verify:
-        if not check_index(path):
-            read_manifest(path)  # raises the "no index" error
-    manifest = read_manifest(path)
+    manifest = check_index(path) if verify else read_manifest(path)
     chunks: list[Chunk] = _read(path, "chunks.jsonl", lambda f: [Chunk.from_json(row) for row in _jsonl(f)])
     snippets: dict[str, Snippet] = {s.id: s for s in _read(path, "snippets.jsonl", lambda f: [Snippet.from_json(r) for r in _jsonl(f)])}
     vectors = _read(path, "vectors.faiss", lambda f: faiss.read_index(str(f)))

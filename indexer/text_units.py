@@ -17,7 +17,8 @@ from indexer.documents import Chunk
 
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.)\s+")
-_CATALOGUE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \(type (?P<type>[^;]+); default (?P<default>.*?)\)\.\s*(?P<rest>.*)$")
+# a config catalogue line as `indexer/package_source.describe_key` writes it
+CATALOGUE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \(type (?P<type>[^;]+); default (?P<default>.*?)\)\.\s*(?P<rest>.*)$")
 _KEY_LINE = re.compile(r"^`?(?P<key>[a-z_][\w.]*)`?\s*:\s*\[(?P<type>[\w ]+)\]\s*$")
 _TABLE_HEADER = re.compile(r"^(?:Reference:\s*)?(?:Fields|Field|Description|Value|Key|Name)(?:;\s*\w+)+\s*$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[*])")
@@ -101,7 +102,7 @@ def text_units(text: str) -> list[Unit]:
             line = _RST_DIRECTIVE.sub(lambda m: f"{m.group(1).capitalize()}: ", _LINK.sub(r"\1", raw.strip()))
             if not line:
                 continue
-            entry = _CATALOGUE_ENTRY.match(line)
+            entry = CATALOGUE_ENTRY.match(line)
             key_line = _KEY_LINE.match(line)
             key_row = _KEY_ROW.match(line)
             if key_row:  # `key: [type]; description; default` on one line
