@@ -4,11 +4,15 @@ endpoint is configured, starts from it: `app/llm_client.py`)."""
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from app.linear_model import LinearModel, load_linear_model
+from app.query import identifiers
 from indexer.text_units import Unit, text_units
 from indexer.tokenize import STOPWORDS, term_set, tokenize
 
@@ -17,10 +21,10 @@ log = logging.getLogger(__name__)
 ANSWER_WORDS = 120  # before any links
 LEAD_UNITS = 3
 LEAD_WORDS = 80
-MAX_SEGMENTS = 5
+MAX_SEGMENTS = 8
 SEMANTIC_WEIGHT = 4.0  # cosine against term overlap when choosing units (chosen on the tune split)
 REPEAT_OVERLAP = 0.8  # a unit sharing this share of its terms with one already quoted adds nothing
-SUPPORT_SHARE = 0.5  # a unit from another passage joins when it scores this close to the best
+SUPPORT_SHARE = 0.2  # a further unit joins only when it scores at least this share of the lead's (chosen on tune)
 MISMATCH_PENALTY = 0.5  # a unit about a sibling option of the one asked (bf16 asked, fp16 said)
 # options a question picks one of, whose sentences look alike and say different things
 OPTION_FAMILIES: tuple[dict[str, re.Pattern[str]], ...] = tuple(
@@ -83,6 +87,57 @@ def unit_scores(ask: str, cands: list[Candidate], similarities: np.ndarray | Non
     return scores
 
 
+UNIT_MODEL_FILE = Path(__file__).resolve().parent / "answer_units.json"
+UNIT_FEATURES: tuple[str, ...] = (
+    "cos",  # cosine of the question and the unit
+    "cos_gap",  # minus the best unit's cosine
+    "lexical",  # share of the ask's terms the unit holds (identifiers count double)
+    "passage_rank",  # 1 / the passage's number
+    "position",  # 1 / (1 + the unit's place in its passage)
+    "log_words",
+    "other_option",  # about a sibling option of the one asked (bf16 asked, fp16 said)
+    "ident",  # names one of the question's identifiers
+    "block_start",  # opens its paragraph, list or table
+    "cos_rank",  # 1 / (1 + rank by cosine among the candidates)
+    "lexical_rank",  # 1 / (1 + rank by term share)
+)
+
+
+def _rank_share(values: np.ndarray) -> np.ndarray:
+    ranks = np.empty(len(values))
+    ranks[np.argsort(-values, kind="stable")] = np.arange(len(values))
+    return 1.0 / (1.0 + ranks)
+
+
+def unit_features(ask: str, cands: list[Candidate], similarities: np.ndarray) -> np.ndarray:
+    """One row of UNIT_FEATURES per candidate unit."""
+    lexical = unit_scores(ask, cands, None, rank_step=0.0, mismatch_penalty=0.0)
+    idents = set(identifiers(ask))
+    rows = np.zeros((len(cands), len(UNIT_FEATURES)))
+    if not cands:
+        return rows
+    sims = similarities.astype(np.float64)
+    rows[:, 0] = sims
+    rows[:, 1] = sims - sims.max()
+    rows[:, 2] = lexical
+    rows[:, 9] = _rank_share(sims)
+    rows[:, 10] = _rank_share(lexical)
+    for i, c in enumerate(cands):
+        text = c.unit.text
+        rows[i, 3] = 1.0 / c.source.n
+        rows[i, 4] = 1.0 / (1 + c.position)
+        rows[i, 5] = math.log1p(len(text.split()))
+        rows[i, 6] = about_other_option(ask, text)
+        rows[i, 7] = any(x in text for x in idents)
+        rows[i, 8] = i == 0 or cands[i - 1].source.n != c.source.n or cands[i - 1].unit.block != c.unit.block
+    return rows
+
+
+def load_unit_model(path: Path = UNIT_MODEL_FILE) -> LinearModel | None:
+    """The learned unit scorer (`dsqa eval train-answer`, tune split only), or None without the file."""
+    return load_linear_model(path, UNIT_FEATURES)
+
+
 def about_other_option(question: str, text: str) -> bool:
     """The text speaks of a sibling of the option the question picked (fp16 for a bf16 question, stage
     2 for a stage 3 one, CPU for NVMe) and never of the one picked."""
@@ -96,11 +151,13 @@ def about_other_option(question: str, text: str) -> bool:
     return False
 
 
-def compose(cands: list[Candidate], scores: np.ndarray, max_words: int = ANSWER_WORDS) -> str:
-    """A lead of one to three consecutive units from the best passage, then the best units of other
-    passages while the words last; each segment cited, no unit twice."""
+def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = None,
+            support_share: float = SUPPORT_SHARE) -> str:
+    """A lead of one to three consecutive units from the best passage, then the next best units (of any
+    of the passages) while the words last; each segment cited, no unit twice, nothing said twice."""
     if not cands:
         return ""
+    max_words = ANSWER_WORDS if max_words is None else max_words
     order = [int(i) for i in np.argsort(-scores, kind="stable")]
     best = cands[order[0]]
     same = [c for c in cands if c.source.n == best.source.n]
@@ -113,15 +170,15 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int = ANSWER_
     parts = [(" ".join(lead), best.source.n)]
     used = {*lead}
     words = sum(len(u.split()) for u in lead)
-    top = float(scores[order[0]])
+    floor = support_share * float(scores[order[0]])
     for i in order[1:]:
         c = cands[i]
-        if c.unit.text in used or c.source.n == best.source.n or float(scores[i]) < SUPPORT_SHARE * top:
-            continue
-        if any(_overlap(c.unit.text, u) >= REPEAT_OVERLAP for u in used):  # says again what is said
-            continue
-        if words + len(c.unit.text.split()) > max_words or len(parts) >= MAX_SEGMENTS:
+        if len(parts) >= MAX_SEGMENTS or float(scores[i]) < floor:
             break
+        if c.unit.text in used or any(_overlap(c.unit.text, u) >= REPEAT_OVERLAP for u in used):
+            continue  # says again what is said
+        if words + len(c.unit.text.split()) > max_words:
+            continue  # a shorter one further down may still fit
         parts.append((c.unit.text, c.source.n))
         used.add(c.unit.text)
         words += len(c.unit.text.split())
@@ -133,15 +190,21 @@ def _overlap(a: str, b: str) -> float:
     return len(ta & tb) / max(min(len(ta), len(tb)), 1)
 
 
-def extractive_answer(ask: str, sources: list[Source], similarities: np.ndarray | None = None) -> str:
+def extractive_answer(ask: str, sources: list[Source], similarities: np.ndarray | None = None,
+                      model: LinearModel | None = None, max_words: int | None = None) -> str:
     """The composed extractive answer; `similarities`: cosine of the question with each candidate unit
-    (in `candidates(sources)` order) when the caller embedded them."""
+    (in `candidates(sources)` order) when the caller embedded them; `model`: the learned unit scorer
+    (used with the similarities; without either, the hand-weighted `unit_scores`)."""
     if not sources:
         return NOT_COVERED
     cands = candidates(sources)
     if not cands:
         return f"See [{sources[0].n}]: {sources[0].title}."
-    return compose(cands, unit_scores(ask, cands, similarities, semantic_weight=SEMANTIC_WEIGHT))
+    if model is not None and similarities is not None:
+        scores = 1.0 / (1.0 + np.exp(-model.score(unit_features(ask, cands, similarities))))  # probabilities
+    else:
+        scores = unit_scores(ask, cands, similarities, semantic_weight=SEMANTIC_WEIGHT)
+    return compose(cands, scores, max_words)
 
 
 CONFIG_KEYS = 3  # config keys named after an answer, with type and default

@@ -14,6 +14,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is imported a
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from app.answer import UNIT_MODEL_FILE  # noqa: E402
 from app.coverage import ABSTENTION_FILE  # noqa: E402
 from app.errors import DsqaError, as_text  # noqa: E402
 from app.ranking import RANKER_FILE  # noqa: E402
@@ -212,6 +213,18 @@ def cmd_train_abstention(args: argparse.Namespace, settings: Settings) -> int:
     assert isinstance(retriever, HybridRetriever)
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "tune"]
     _print_json(train_abstention(retriever, load_split("tune"), unanswerable, args.out))
+    return 0
+
+
+def cmd_train_answer(args: argparse.Namespace, settings: Settings) -> int:
+    from app.engine import load_engine
+    from eval.answer_training import train_answer_units
+    from eval.question_set import load_split
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    engine = load_engine(settings.model_copy(update={"learned_answer": False}))
+    _print_json(train_answer_units(engine, load_split("tune"), args.out))
     return 0
 
 
@@ -441,6 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--index", type=Path)
     s.add_argument("--out", type=Path, default=ABSTENTION_FILE)
     s.set_defaults(fn=cmd_train_abstention)
+    s = ev.add_parser("train-answer", help="fit the choice of answer units on the tune split (writes app/answer_units.json)")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--out", type=Path, default=UNIT_MODEL_FILE)
+    s.set_defaults(fn=cmd_train_answer)
 
     from eval.cli_runner import add_runner_commands  # run-snippet, verify, runner serve, eval answers
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 from threadpoolctl import threadpool_limits
 
+from app.answer import load_unit_model
 from app.batching import BatchingEmbedder
 from app.coverage import load_abstention
 from app.errors import IndexNotReady
@@ -46,6 +47,7 @@ class Engine:
     problem: str = ""  # why the index is not loaded, when it is not
     glossary: Glossary | None = None  # Chinese -> English terms (the answer names the ones it used)
     llm: LlmClient | None = None  # the generation endpoint, when DSQA_LLM_URL is set
+    unit_model: LinearModel | None = None  # the learned choice of answer units (`app/answer.py`)
 
     def require(self) -> tuple[LoadedIndex, Retriever]:
         if self.index is None or self.retriever is None:
@@ -146,4 +148,6 @@ def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: 
     )
     if retriever.options.ranker is not None:
         _ = retriever.terms  # the ranker's per-chunk terms: built at load, not on the first question
-    return Engine(settings=settings, index=index, retriever=retriever, glossary=glossary, llm=llm_client(settings, llm_http))
+    unit_model = _for_encoder("answer unit scorer", load_unit_model() if settings.learned_answer else None, embedder.name)
+    return Engine(settings=settings, index=index, retriever=retriever, glossary=glossary, llm=llm_client(settings, llm_http),
+                  unit_model=unit_model)

@@ -40,6 +40,7 @@ class Settings(BaseSettings):
     # whether the docs cover a question: the learned decision (app/abstention.json, trained on the tune
     # split against unanswerable questions); without it, the best passage cosine against the threshold
     learned_abstention: bool = True
+    learned_answer: bool = True  # choose answer units with app/answer_units.json (tune split); off: hand weights
     no_answer_threshold: float = 0.35
 
     # service
