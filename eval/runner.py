@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eval.failure_blame import blame_failure
+from eval.ops_cache import OpsCache
 from eval.programs import RUNNABLE_KINDS, prepare
 from eval.requirements import Capabilities, cpu_adaptable, detect_capabilities, detect_requirements, unmet
 from eval.sandbox import PIDS_MAX, free_port, run_sandboxed, scrub_env
@@ -142,7 +143,7 @@ class LocalRunner:
 
     def __init__(self, *, extensions_dir: str | None = None, capabilities: Capabilities | None = None, isolate: bool = True) -> None:
         self.extensions_dir = extensions_dir or default_extensions_dir()
-        Path(self.extensions_dir).mkdir(parents=True, exist_ok=True)
+        self.ops = OpsCache(self.extensions_dir)  # snippets see it copy-on-write; only its build step writes it
         self._caps = capabilities
         self.isolate = isolate
 
@@ -186,8 +187,12 @@ class LocalRunner:
         box = run_sandboxed(
             # CUDA reserves far more address space than it uses, so RLIMIT_AS is not applied on a GPU
             prepared.argv, prepared.files, timeout_s=request.timeout_s, memory_mb=None if caps.cuda else request.memory_mb,
-            env=scrub_env(os.environ, extra), keep_rw=self.extensions_dir, isolate=self.isolate,
+            env=scrub_env(os.environ, extra), keep_cow=self.extensions_dir, isolate=self.isolate,
         )
+        if "ops_cache_copy_on_write" in box.isolation and self.ops.missing(box.cow_written):
+            # the run compiled an op into its own copy: build it for real, from deepspeed's sources
+            self.ops.build(box.cow_written, scrub_env(os.environ, {k: extra[k] for k in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")}),
+                           isolate=self.isolate)
         base.stdout, base.stderr, base.duration_s, base.isolation = box.stdout, box.stderr, box.duration_s, box.isolation
         if box.timed_out or box.signal:
             self._drop_stale_locks(started)

@@ -5,8 +5,9 @@ allows it, a scrubbed environment, and captured, truncated output.
 Where `unshare` works (Linux user namespaces; as root in a container it usually does), the
 program runs in new user, network, mount and PID namespaces: only a loopback interface (no route
 out), its temporary directory mounted over /tmp (so `/tmp/anything` lands in its own dir), a fresh
-/dev/shm, every other mount remounted read-only except the torch extensions cache (ops compile
-there once), and a /proc that shows only its own processes. Where it does not, the fallback
+/dev/shm, every other mount remounted read-only, the torch extensions cache seen copy-on-write (an
+overlay whose writes stay in the run's own dir: `eval/ops_cache.py` alone writes the real one), and a
+/proc that shows only its own processes. Where it does not, the fallback
 still applies the timeout, RLIMIT_AS, cwd/HOME/TMPDIR in the temp dir and the environment
 allowlist, but network and writes elsewhere are not blocked: `isolation` in the result says which.
 """
@@ -68,6 +69,7 @@ class SandboxResult:
     signal: int | None = None  # the signal that ended it, if any
     isolation: list[str] = field(default_factory=list)
     limits_hit: list[str] = field(default_factory=list)  # cgroup limits the run ran into (memory, pids)
+    cow_written: list[str] = field(default_factory=list)  # top-level entries the program wrote in the copy-on-write dir
 
 
 def _truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
@@ -98,10 +100,16 @@ def free_port() -> int:
 # The namespace set-up, run by `sh` inside the new namespaces before the program is exec'd.
 _SETUP = r"""
 set -e
-SBX="$1"; KEEP_RW="$2"; KEEP_RO="$3"; shift 3
+SBX="$1"; KEEP_RW="$2"; KEEP_RO="$3"; KEEP_COW="$4"; shift 4
 ip link set lo up 2>/dev/null || true
 mount --make-rprivate / 2>/dev/null || true
 if [ -n "$KEEP_RW" ] && [ -d "$KEEP_RW" ]; then mount --bind "$KEEP_RW" "$KEEP_RW"; fi
+# the copy-on-write dir (the ops cache): the program reads it and may write, but its writes land in
+# its own upper dir (gone with the sandbox dir); the host's copy is never touched
+if [ -n "$KEEP_COW" ] && [ -d "$KEEP_COW" ]; then mkdir -p "$SBX/.cow/up" "$SBX/.cow/work"
+  case "$KEEP_COW" in /tmp/*) T="$SBX/${KEEP_COW#/tmp/}"; mkdir -p "$T" ;; *) T="$KEEP_COW" ;; esac
+  if mount -t overlay overlay -o "lowerdir=$KEEP_COW,upperdir=$SBX/.cow/up,workdir=$SBX/.cow/work" "$T" 2>/dev/null; then
+    touch "$SBX/.cow/mounted"; else mount --bind "$KEEP_COW" "$T"; mount -o remount,bind,ro "$T" 2>/dev/null || true; fi; fi
 # paths under /tmp that must stay visible (the venv, the repo, the ops cache) are bound into the
 # sandbox dir at the same relative place before the sandbox dir is mounted over /tmp
 for p in $(echo "$KEEP_RO:$KEEP_RW" | tr ':' ' '); do
@@ -115,7 +123,7 @@ mount -t proc proc /proc 2>/dev/null || true
 awk '{print $2}' /proc/self/mounts | sort -u | while read -r mp; do
   case "$mp" in
     /proc|/proc/*|/sys|/sys/*|/dev|/dev/*|/tmp) ;;
-    *) if [ "$mp" != "$KEEP_RW" ]; then mount -o remount,bind,ro "$mp" 2>/dev/null || true; fi ;;
+    *) if [ "$mp" != "$KEEP_RW" ] && [ "$mp" != "$KEEP_COW" ]; then mount -o remount,bind,ro "$mp" 2>/dev/null || true; fi ;;
   esac
 done
 cd /tmp
@@ -128,7 +136,7 @@ exec "$@"
 # the rest of the machine (home folders, /work, /etc/shadow, the repo's .git) is not there at all.
 _MINIMAL_ROOT = r"""
 set -e
-SBX="$1"; KEEP_RW="$2"; KEEP_RO="$3"; shift 3
+SBX="$1"; KEEP_RW="$2"; KEEP_RO="$3"; KEEP_COW="$4"; shift 4
 ip link set lo up 2>/dev/null || true
 mount --make-rprivate / 2>/dev/null || true
 R="$SBX/.root"; mkdir -p "$R"; mount -t tmpfs -o size=64m,mode=755 tmpfs "$R"
@@ -148,6 +156,9 @@ for n in /dev/nvidia*; do if [ -e "$n" ]; then touch "$R$n"; mount --bind "$n" "
 mount -t tmpfs -o size=512m,mode=1777 tmpfs "$R/dev/shm"
 mount -t proc proc "$R/proc"
 if [ -n "$KEEP_RW" ] && [ -d "$KEEP_RW" ]; then mkdir -p "$R$KEEP_RW"; mount --bind "$KEEP_RW" "$R$KEEP_RW"; fi
+if [ -n "$KEEP_COW" ] && [ -d "$KEEP_COW" ]; then mkdir -p "$R$KEEP_COW" "$SBX/.cow/up" "$SBX/.cow/work"
+  if mount -t overlay overlay -o "lowerdir=$KEEP_COW,upperdir=$SBX/.cow/up,workdir=$SBX/.cow/work" "$R$KEEP_COW" 2>/dev/null; then
+    touch "$SBX/.cow/mounted"; else mount --rbind "$KEEP_COW" "$R$KEEP_COW"; mount -o remount,bind,ro "$R$KEEP_COW" 2>/dev/null || true; fi; fi
 mount -o remount,bind,ro,nosuid "$R" 2>/dev/null || true
 cd "$R/tmp"
 exec chroot "$R" /bin/sh -c 'cd /tmp && exec "$@"' sh "$@"
@@ -167,7 +178,7 @@ def _probe(setup: str, keep_ro: str, command: list[str], timeout_s: float) -> bo
     """Whether `command`, run under a set-up script in new namespaces, could write /tmp/ok there."""
     probe = tempfile.mkdtemp(prefix="dsqa-probe-")
     try:
-        r = subprocess.run(["unshare", "-rnmpf", "--kill-child", "sh", "-c", setup, "sh", probe, "", keep_ro, *command],
+        r = subprocess.run(["unshare", "-rnmpf", "--kill-child", "sh", "-c", setup, "sh", probe, "", keep_ro, "", *command],
                            capture_output=True, timeout=timeout_s)
         return r.returncode == 0 and (Path(probe) / "ok").exists()
     except (OSError, subprocess.SubprocessError):
@@ -213,11 +224,14 @@ def run_sandboxed(
     memory_mb: int | None = 4096,
     env: Mapping[str, str] | None = None,
     keep_rw: str | None = None,
+    keep_cow: str | None = None,
     isolate: bool = True,
     workdir_parent: str | None = None,
 ) -> SandboxResult:
     """Run argv with cwd in a fresh temp dir holding `files`. Inside, refer to that dir as `.`:
-    with namespaces it is mounted at /tmp, without them it is the real temp dir (cwd)."""
+    with namespaces it is mounted at /tmp, without them it is the real temp dir (cwd). `keep_rw`: a
+    dir the program may write for real (trusted build steps only); `keep_cow`: a dir it sees
+    writable whose writes stay in the sandbox (an overlay; without namespaces it is simply writable)."""
     sbx = Path(tempfile.mkdtemp(prefix="dsqa-sbx-", dir=workdir_parent))
     try:
         for name, text in (files or {}).items():
@@ -230,10 +244,10 @@ def run_sandboxed(
         child_env = dict(env or {})
         child_env.update({"HOME": inner_dir, "TMPDIR": inner_dir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
         if use_ns and minimal_root_available():
-            cmd = ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _MINIMAL_ROOT, "sh", str(sbx), keep_rw or "", _keep_visible(child_env), *argv]
+            cmd = ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _MINIMAL_ROOT, "sh", str(sbx), keep_rw or "", _keep_visible(child_env), keep_cow or "", *argv]
             isolation = ["timeout", "env_allowlist", "temp_cwd", "no_network", "private_tmp", "read_only_fs", "pid_namespace", "minimal_root"]
         elif use_ns:
-            cmd = ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _SETUP, "sh", str(sbx), keep_rw or "", _keep_visible(child_env), *argv]
+            cmd = ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _SETUP, "sh", str(sbx), keep_rw or "", _keep_visible(child_env), keep_cow or "", *argv]
             isolation = ["timeout", "env_allowlist", "temp_cwd", "no_network", "private_tmp", "read_only_fs", "pid_namespace"]
         else:
             cmd = list(argv)
@@ -262,6 +276,8 @@ def run_sandboxed(
                         pass
                     proc.wait()
             hit = group.hit() if group is not None else []
+            if use_ns and keep_cow:  # which view of the ops cache the program had
+                isolation.append("ops_cache_copy_on_write" if (sbx / ".cow" / "mounted").exists() else "ops_cache_read_only")
         finally:
             if group is not None:
                 group.close()
@@ -276,6 +292,7 @@ def run_sandboxed(
             signal=-rc if (rc is not None and rc < 0) else (rc - 128 if rc is not None and rc > 128 and use_ns else None),
             isolation=isolation,
             limits_hit=hit,
+            cow_written=sorted(p.name for p in (sbx / ".cow" / "up").iterdir()) if (sbx / ".cow" / "up").is_dir() else [],
         )
     finally:
         shutil.rmtree(sbx, ignore_errors=True)

@@ -170,3 +170,26 @@ def test_the_host_is_not_there_to_read(runner: LocalRunner) -> None:
     if "minimal_root" not in r.isolation:
         pytest.skip("no minimal root here: the host is read-only to a snippet, not hidden")
     assert "VISIBLE" not in r.stdout and "libraries load" in r.stdout
+
+
+@pytest.mark.skipif(not namespaces_available(), reason="no user/net namespaces here: the ops cache is plainly writable")
+def test_snippet_code_cannot_plant_a_library_in_the_ops_cache(runner: LocalRunner) -> None:
+    cache = Path(runner.extensions_dir)
+    (cache / "cpu_adam").mkdir(exist_ok=True)
+    (cache / "cpu_adam" / "cpu_adam.so").write_text("trusted build")
+    code = (
+        "import os, pathlib\n"
+        "cache = pathlib.Path(os.environ['TORCH_EXTENSIONS_DIR'])\n"
+        "print('SEES', sorted(p.name for p in cache.iterdir()))\n"
+        "(cache / 'cpu_adam' / 'cpu_adam.so').write_text('planted')\n"
+        "(cache / 'not_an_op').mkdir(); (cache / 'not_an_op' / 'x.so').write_text('planted')\n"
+        "print('READS BACK', (cache / 'cpu_adam' / 'cpu_adam.so').read_text())\n"
+    )
+    r = run(runner, code)
+    assert r.status == "passed", r.stderr
+    assert "SEES ['cpu_adam']" in r.stdout and "READS BACK planted" in r.stdout  # its own copy is writable
+    assert (cache / "cpu_adam" / "cpu_adam.so").read_text() == "trusted build"  # the host's is untouched
+    assert not (cache / "not_an_op").exists()
+    assert "ops_cache_copy_on_write" in r.isolation
+    # the made-up name reached the trusted build step, which has no builder of that name: nothing built
+    assert "not_an_op" in runner.ops._tried and not (cache / "not_an_op").exists()
