@@ -80,6 +80,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from app.api import create_app
     from app.engine import load_engine
+    from app.http_protocol import server_config
     from app.logs import configure_logging
     from indexer.store import IndexError_, index_present
 
@@ -93,7 +94,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     except IndexError_ as exc:
         print(f"dsqa: {exc}", file=sys.stderr)
         return 3
-    uvicorn.run(create_app(settings, engine), host=settings.host, port=settings.port, log_level="info", access_log=not settings.log_json)
+    uvicorn.Server(server_config(create_app(settings, engine), host=settings.host, port=settings.port,
+                                 header_timeout_s=settings.header_timeout_s, access_log=not settings.log_json)).run()
     return 0
 
 

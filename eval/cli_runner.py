@@ -81,6 +81,7 @@ def cmd_verify(args: argparse.Namespace, settings: Any) -> int:
 def cmd_runner_serve(args: argparse.Namespace, settings: Any) -> int:
     import uvicorn
 
+    from app.http_protocol import server_config
     from eval.runner_service import allowed_hashes, create_runner_app
 
     token = os.environ.get("DSQA_RUNNER_TOKEN", "")
@@ -90,7 +91,7 @@ def cmd_runner_serve(args: argparse.Namespace, settings: Any) -> int:
     allowed = None if args.allow_any else allowed_hashes(args.index or settings.index_dir)
     app = create_runner_app(token=token, allowed=allowed, slots=args.slots, queue_limit=args.queue,
                             max_timeout_s=args.max_timeout, max_memory_mb=args.max_memory_mb)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    uvicorn.Server(server_config(app, host=args.host, port=args.port, header_timeout_s=settings.header_timeout_s)).run()
     return 0
 
 

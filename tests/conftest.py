@@ -149,11 +149,14 @@ def free_port() -> int:
 class ServerThread:
     """A real uvicorn server in a background thread, on a free loopback port."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, header_timeout_s: float = 10.0) -> None:
         import uvicorn
 
+        from app.http_protocol import server_config
+
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(server_config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                   header_timeout_s=header_timeout_s))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property

@@ -160,3 +160,30 @@ def test_reload_swaps_a_rebuilt_index_under_load_with_no_failed_request(tmp_path
             w.join()
     assert reply.status_code == 200 and reply.json()["index"]["built_at"] != before
     assert statuses and set(statuses) == {200}, sorted(set(statuses))
+
+
+def test_slow_header_connections_time_out_and_the_server_keeps_serving(tmp_path_factory: pytest.TempPathFactory) -> None:
+    import socket
+    import time
+
+    index = build_small_index(tmp_path_factory)
+    with ServerThread(small_app(index), header_timeout_s=1.0) as s:
+        slow = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(20)]
+        silent = socket.create_connection(("127.0.0.1", s.port), timeout=10)  # never sends a byte
+        for c in slow:
+            c.sendall(b"POST /ask HTTP/1.1\r\nHost: x\r\n")  # a request line, then nothing more
+        started = time.monotonic()
+        for c in slow[:5]:
+            c.sendall(b"X-Drip: 1\r\n")  # a drip of headers does not extend the deadline
+        replies = [c.recv(4096) for c in [*slow, silent]]
+        waited = time.monotonic() - started
+        assert all(r.startswith(b"HTTP/1.1 408") for r in replies), replies[:2]
+        assert all(c.recv(10) == b"" for c in slow[:3])  # closed after the reply
+        assert waited < 5
+        r = httpx.post(f"{s.url}/ask", json={"question": "how do I enable ZeRO stage 3?"}, timeout=30)
+        assert r.status_code == 200  # a well-behaved client is served as before
+        keep = httpx.Client(base_url=s.url, timeout=30)  # kept-alive connections serve request after request
+        assert all(keep.get("/healthz").status_code == 200 for _ in range(3))
+        keep.close()
+        for c in [*slow, silent]:
+            c.close()

@@ -1,0 +1,69 @@
+"""uvicorn's h11 protocol with a deadline for a request's headers (slow-header, "slowloris", clients).
+
+uvicorn times out idle keep-alive connections, but not a connection that never finishes its request
+line and headers: a few hundred clients sending a byte every few seconds would hold every slot. Here
+a connection gets `header_timeout_s` from when it opens (or from when a kept-alive connection starts
+its next request) to deliver complete headers; past it, a 408 reply and the connection is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+TIMEOUT_REPLY = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: 78\r\n\r\n"
+    b'{"error":{"code":"request_timeout","message":"request headers took too long."}}'
+)
+
+
+class HeaderDeadlineProtocol(H11Protocol):
+    header_timeout_s: float = 10.0
+
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete):
+            self._arm()  # still waiting for (the rest of) a request's headers
+        else:
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout_s, self._expired)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _expired(self) -> None:
+        self._header_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.write(TIMEOUT_REPLY)
+            self.transport.close()
+
+
+def header_deadline_protocol(timeout_s: float) -> type[HeaderDeadlineProtocol]:
+    """The protocol class uvicorn is given (`http=`), with this deadline."""
+    return type("HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout_s": timeout_s})
+
+
+def server_config(app: Any, *, host: str, port: int, header_timeout_s: float, log_level: str = "info",
+                  access_log: bool = True) -> uvicorn.Config:
+    """The one uvicorn configuration the service (and its integration tests) run with."""
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
+                          http=header_deadline_protocol(header_timeout_s))
