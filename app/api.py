@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api_keys import ApiKeys, parse_keys
 from app.ask import ask, ask_events
 from app.background_verify import BackgroundVerify
-from app.doctor import diagnose
+from app.doctor import diagnose_with
 from app.engine import Engine, load_engine
 from app.errors import DsqaError, IndexNotReady, NotConfigured, to_reply
 from app.input_policy import BodyLimit, parse_json
@@ -191,14 +191,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         check, ranked, with docs passages (matched exact, nearest or by retrieval)."""
         eng: Engine | None = getattr(request.app.state, "engine", None)
         index_dir = eng.index.path if eng is not None and eng.index is not None else None
-        retriever = eng.retriever if eng is not None else None
-
-        def search(text: str) -> list[tuple[str, str]]:
-            if retriever is None:
-                return []
-            return [(f"{h.chunk.title} > {h.chunk.heading}", h.chunk.url) for h in retriever.search(text, 3).hits]
-
-        result = await run_in_threadpool(diagnose, body.log, index_dir if index_dir and (index_dir / "errors.jsonl").is_file() else None, search)
+        notes = eng.settings.notes_dir if eng is not None else None
+        result = await run_in_threadpool(diagnose_with, index_dir, eng.retriever if eng is not None else None, body.log, notes)
         return JSONResponse(status_code=200, content=result.to_json())
 
     @app.post("/plan", tags=["config"], responses={422: _ERROR_REPLIES[422]})

@@ -257,12 +257,15 @@ def cmd_validate_config(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
-    from app.doctor import MAX_LOG_CHARS, diagnose
+    from app.doctor import MAX_LOG_CHARS, diagnose_with
+    from app.engine import load_engine
 
     raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()[-MAX_LOG_CHARS * 4:]
     log = raw.decode("utf-8", "replace")
-    index_dir = args.index or settings.index_dir
-    result = diagnose(log, index_dir if (Path(index_dir) / "errors.jsonl").is_file() else None)
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    engine = load_engine(settings)  # not ready without an index: the installed deepspeed's catalogue alone
+    result = diagnose_with(engine.index.path if engine.index is not None else None, engine.retriever, log, settings.notes_dir)
     if args.json:
         _print_json(result.to_json())
         return 0

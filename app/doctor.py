@@ -9,6 +9,7 @@ wins), then the nearest messages, then retrieval over the docs and notes.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -17,6 +18,7 @@ from typing import Any
 
 from indexer.config_catalogue import deepspeed_version
 from indexer.error_catalogue import ERRORS_FILE, RaisedError, build_error_catalogue, read_error_catalogue
+from indexer.known_causes import KnownCause, read_known_causes
 
 MAX_LOG_CHARS = 200_000  # the tail that is read; errors are at the end of a log
 MAX_MESSAGE_CHARS = 2_000  # of the error message matched against the catalogue
@@ -34,6 +36,7 @@ class Cause:
     fix: str
     source_url: str = ""
     doc_urls: list[str] = field(default_factory=list)
+    doc_titles: list[str] = field(default_factory=list)  # the titles of doc_urls' passages, in order
 
 
 @dataclass
@@ -122,8 +125,28 @@ def _cause(entry: RaisedError, how: str) -> Cause:
                  fix=fix, source_url=entry.url(deepspeed_version()))
 
 
-def diagnose(log: str, index_dir: Path | None = None, search: Any = None) -> Diagnosis:
-    """`search(text) -> list[(title, url)]`: retrieval over the docs and notes (optional)."""
+def _known_cause(k: KnownCause, source_url: str, seen: str) -> Cause:
+    fix = k.fix + (f" Config: {json.dumps(k.config)}" if k.config else "")
+    return Cause(title=k.title, explanation=f"{k.why} Check: {k.check}".strip() + f" (the log shows `{seen}`)", fix=fix,
+                 source_url=source_url, doc_urls=[k.url], doc_titles=[f"Known causes > {k.title}"])
+
+
+def known_matches(known: tuple[KnownCause, ...], message: str, log: str) -> tuple[list[tuple[KnownCause, str]], list[tuple[KnownCause, str]]]:
+    """Known causes whose texts the error message holds, then those found elsewhere in the log; each
+    with the text found, longest first."""
+    msg, whole = message.lower(), _RANK.sub("", _ANSI.sub("", log[-MAX_LOG_CHARS:])).lower()
+    in_message = sorted(((k, k.found_in(msg)) for k in known if k.found_in(msg)), key=lambda t: -len(t[1]))
+    taken = {k.title for k, _ in in_message}
+    elsewhere = sorted(((k, k.found_in(whole)) for k in known if k.title not in taken and k.found_in(whole)), key=lambda t: -len(t[1]))
+    return in_message, elsewhere
+
+
+KNOWN_SLOTS = 2  # known causes before the catalogue's raising lines
+
+
+def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known: tuple[KnownCause, ...] = ()) -> Diagnosis:
+    """`search(text) -> list[(title, url)]`: retrieval over the docs and notes (optional); `known`: the
+    known causes of frequent failures (`indexer/known_causes.py`), put first when the log shows them."""
     exception, message = extract_error(log)
     seen = versions_in(log)
     error = {"type": exception, "message": message[:1000]}
@@ -145,8 +168,16 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None) -> Dia
     docs = search(f"{exception} {flat}"[:500]) if search is not None else []
     for cause in causes:
         cause.doc_urls = [url for _, url in docs[:3]]
+        cause.doc_titles = [title for title, _ in docs[:3]]
+    in_message, elsewhere = known_matches(known, f"{exception}: {flat}", log)
+    line = causes[0].source_url if matched == "exact" else ""
+    first = [_known_cause(k, line, seen) for k, seen in in_message] + [_known_cause(k, "", seen) for k, seen in elsewhere]
+    if first:
+        causes = first[:KNOWN_SLOTS] + causes
+        matched = "exact" if in_message else (matched if matched in ("exact", "nearest") else "nearest")
     if not causes and docs:
-        causes = [Cause(title, "not a message the installed deepspeed raises; the closest passage of the docs and notes", "read the passage", doc_urls=[url]) for title, url in docs[:3]]
+        causes = [Cause(title, "not a message the installed deepspeed raises; the closest passage of the docs and notes", "read the passage",
+                        doc_urls=[url], doc_titles=[title]) for title, url in docs[:3]]
     if not causes:
         causes = [Cause("no DeepSpeed error recognised", "the message is not one the installed deepspeed raises, and no passage matched",
                         "paste the traceback's last lines (the exception and its message), or ask the question in words")]
@@ -154,3 +185,23 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None) -> Dia
         for cause in causes:
             cause.explanation += f"; note: the log is from deepspeed {seen['deepspeed']}, the catalogue from {deepspeed_version()}"
     return Diagnosis(error, seen, matched, causes)
+
+
+def engine_search(retriever: Any) -> Any:
+    """The doctor's retrieval over a loaded retriever: `text -> [(title > heading, url)]`."""
+    if retriever is None:
+        return None
+
+    def search(text: str) -> list[tuple[str, str]]:
+        return [(f"{h.chunk.title} > {h.chunk.heading}", h.chunk.url) for h in retriever.search(text, 3).hits]
+
+    return search
+
+
+def diagnose_with(index_path: Path | None, retriever: Any, log: str, notes_dir: Path | None = None) -> Diagnosis:
+    """The one entry every front end calls: the index's error catalogue when it has one (else the
+    installed deepspeed's, built now), retrieval over the index's passages when one is loaded, and
+    the known causes of the notes directory."""
+    catalogue_dir = index_path if index_path is not None and (index_path / ERRORS_FILE).is_file() else None
+    known = read_known_causes(notes_dir) if notes_dir is not None else ()
+    return diagnose(log, catalogue_dir, engine_search(retriever), known)

@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError
 
 from app.ask import ask, best_snippets, snippet_out
 from app.config_option import docs_root, find_option
-from app.doctor import diagnose
+from app.doctor import diagnose_with
 from app.engine import Engine, load_engine
 from app.errors import DsqaError, InvalidInput, NotFound, as_text
 from app.input_policy import check_json, parse_json
@@ -248,8 +248,7 @@ def build_mcp_server(get_engine: EngineGetter, settings: Settings, lifespan: Any
         """Explain a DeepSpeed error: the message, the deepspeed lines that raise it and what they check."""
         with _tool_errors():
             engine = get_engine()
-            index = engine.index
-            result = diagnose(log, index.path if index is not None and (index.path / "errors.jsonl").is_file() else None)
+            result = diagnose_with(engine.index.path if engine.index is not None else None, engine.retriever, log, engine.settings.notes_dir)
             lines = [f"**{result.error['type'] or 'Error'}**: {result.error['message'][:300]} (matched: {result.matched})"]
             for n, cause in enumerate(result.causes, 1):
                 lines += [f"{n}. {cause.title}", f"   {cause.explanation}", f"   fix: {cause.fix}"] + ([f"   source: <{cause.source_url}>"] if cause.source_url else [])

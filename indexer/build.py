@@ -18,7 +18,7 @@ from indexer.config_catalogue import deepspeed_version
 from indexer.docs_source import find_docs_root, read_docs_dir, read_notes_dir
 from indexer.documents import Chunk, Document, Snippet, content_hash
 from indexer.embedder import Embedder, VectorCache, embed_with_cache
-from indexer.error_catalogue import ERRORS_FILE, build_error_catalogue, write_error_catalogue
+from indexer.error_catalogue import CATALOGUE_VERSION, ERRORS_FILE, build_error_catalogue, write_error_catalogue
 from indexer.onnx_encoder import ENCODER_DIR, MODEL_FILE, export_encoder, has_encoder
 from indexer.package_source import read_api_docs, read_config_catalogue
 from indexer.snippet_check import check_snippet
@@ -92,7 +92,7 @@ def error_catalogue(cache_dir: Path | None) -> Path | None:
     without a cache dir: test indexes; the doctor then builds it on first use)."""
     if cache_dir is None:
         return None
-    file = cache_dir / f"errors-{deepspeed_version()}.jsonl"
+    file = cache_dir / f"errors-{deepspeed_version()}-v{CATALOGUE_VERSION}.jsonl"
     if not file.is_file():
         cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = file.with_suffix(".tmp")

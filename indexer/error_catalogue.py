@@ -1,5 +1,6 @@
-"""The error catalogue: every `raise X("...")` and `assert cond, "..."` in the installed deepspeed,
-with its message turned into a matching pattern (f-string, %-format and .format fields become
+"""The error catalogue: every `raise X("...")`, `assert cond, "..."` and error/warning log call
+(`logger.error(...)`, `warnings.warn(...)`; exception `logged error` / `logged warning`) in the
+installed deepspeed, with its message turned into a matching pattern (f-string, %-format and .format fields become
 holes), the exception type, the file and line (a GitHub URL at the installed version's tag), the
 enclosing function, the condition that raises it, and the config keys or names it mentions.
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from indexer.config_catalogue import deepspeed_version
 
 ERRORS_FILE = "errors.jsonl"
+CATALOGUE_VERSION = 2  # what a build caches under: bumped when the catalogue holds more (2: log calls)
 GITHUB_BLOB = "https://github.com/deepspeedai/DeepSpeed/blob/v{version}/{path}#L{line}"
 MIN_LITERAL = 12  # characters of fixed text a pattern needs to be usable
 _HOLE = "\x00"
@@ -64,6 +66,9 @@ def _pattern(template: str) -> str:
     return r"\s*(.+?)\s*".join(parts).replace(r"\ ", r"\s+")
 
 
+# error and warning log calls: a failing run often ends with one (a launcher reporting a killed rank)
+_LOG_LEVELS = {"error": "error", "critical": "error", "fatal": "error", "exception": "error", "warning": "warning", "warn": "warning"}
+_LOGGERS = {"logger", "log", "logging", "warnings", "_logger", "LOGGER"}
 _NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[a-z_]+(?:\.[a-z_0-9]+)+\b")
 
 
@@ -84,6 +89,10 @@ def _entries(tree: ast.AST, rel: str) -> list[RaisedError]:
                 message = child.exc.args[0]
             elif isinstance(child, ast.Assert) and child.msg is not None:
                 exception, message, cond = "AssertionError", child.msg, ast.unparse(child.test)[:200]
+            elif (isinstance(child, ast.Expr) and isinstance(child.value, ast.Call) and child.value.args
+                  and isinstance(child.value.func, ast.Attribute) and child.value.func.attr in _LOG_LEVELS
+                  and ast.unparse(child.value.func.value).split(".")[-1] in _LOGGERS):
+                exception, message = f"logged {_LOG_LEVELS[child.value.func.attr]}", child.value.args[0]
             if message is not None:
                 template = _message_template(message)
                 if template and template.strip(_HOLE + " "):

@@ -1,0 +1,91 @@
+"""The error doctor scored on real error logs (`tests/data/error_logs.jsonl`: users' tracebacks from
+public GitHub threads, trimmed and anonymised, each with the cause and fix its thread settled on).
+
+Split like the questions, by a hash of the id: every doctor choice is made on `tune`; `test` only
+reports. Per log:
+- cause right: the first cause names at least half of the log's `cause_terms` (title, explanation,
+  fix and the titles of its passages);
+- source right (logs whose message the installed deepspeed raises): one of the first three causes
+  points at a line of `gold_file` inside `gold_function`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.doctor import Diagnosis
+from eval.question_set import split_of
+from indexer.error_catalogue import RaisedError
+
+ERROR_LOGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "error_logs.jsonl"
+
+
+@dataclass(frozen=True)
+class ErrorLog:
+    id: str
+    log: str
+    raised_in_deepspeed: bool
+    gold_file: str
+    gold_function: str
+    cause_terms: tuple[str, ...]
+    category: str
+
+
+def load_error_logs(path: Path = ERROR_LOGS) -> list[ErrorLog]:
+    logs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            d = json.loads(line)
+            logs.append(ErrorLog(d["id"], d["log"], bool(d["raised_in_deepspeed"]), d["gold_file"], d["gold_function"],
+                                 tuple(t.lower() for t in d["cause_terms"]), d["category"]))
+    return logs
+
+
+def cause_right(log: ErrorLog, result: Diagnosis) -> bool:
+    if not result.causes:
+        return False
+    top = result.causes[0]
+    text = " ".join([top.title, top.explanation, top.fix, *top.doc_titles]).lower()
+    found = sum(1 for t in log.cause_terms if t in text)
+    return found >= math.ceil(len(log.cause_terms) / 2)
+
+
+def source_right(log: ErrorLog, result: Diagnosis, by_url: dict[str, RaisedError]) -> bool:
+    for cause in result.causes[:3]:
+        entry = by_url.get(cause.source_url)
+        if entry is not None and entry.path == f"deepspeed/{log.gold_file}" and entry.function == log.gold_function:
+            return True
+    return False
+
+
+def score_doctor(logs: list[ErrorLog], diagnose: Callable[[str], Diagnosis], by_url: dict[str, RaisedError]) -> dict[str, Any]:
+    """Per split: cause right at 1, source right in 3 (over the logs deepspeed raises), how matched."""
+    rows: list[dict[str, Any]] = []
+    for log in logs:
+        started = time.perf_counter()
+        result = diagnose(log.log)
+        rows.append({"id": log.id, "split": split_of(log.id), "category": log.category, "raised": log.raised_in_deepspeed,
+                     "cause": cause_right(log, result), "source": source_right(log, result, by_url) if log.raised_in_deepspeed else None,
+                     "matched": result.matched, "ms": (time.perf_counter() - started) * 1000})
+    report: dict[str, Any] = {}
+    for split in ("tune", "test", "all"):
+        part = [r for r in rows if split in ("all", r["split"])]
+        raised = [r for r in part if r["raised"]]
+        report[split] = {
+            "logs": len(part),
+            "cause_at_1": round(sum(r["cause"] for r in part) / max(len(part), 1), 3),
+            "raised": len(raised),
+            "source_in_3": round(sum(bool(r["source"]) for r in raised) / max(len(raised), 1), 3),
+            "matched": {m: sum(1 for r in part if r["matched"] == m) for m in ("exact", "nearest", "retrieval", "none")},
+            "median_ms": round(statistics.median(r["ms"] for r in part), 1) if part else 0.0,
+        }
+    report["misses"] = [{k: r[k] for k in ("id", "split", "category", "cause", "source", "matched")}
+                        for r in rows if not r["cause"] or r["source"] is False]
+    return report

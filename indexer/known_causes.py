@@ -1,0 +1,63 @@
+"""Known causes of frequent failures: the one reader of `corpus/notes/known-errors.md`.
+
+Each `##` section of that note is one cause: its heading is the title, then lines
+`Matches:` (backquoted texts a log shows when it happens, separated by `|`), `Why:`, `Check:`,
+`Fix:` and an optional `Config:` (a ds_config fragment the validator accepts). The error doctor
+(`app/doctor.py`) puts a matching cause before the raising line it found in the catalogue.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from indexer.markdown import slugify_kramdown
+
+KNOWN_ERRORS_NOTE = "known-errors.md"
+_FIELD = re.compile(r"^(Matches|Why|Check|Fix|Config):\s*(.*)$")
+
+
+@dataclass(frozen=True)
+class KnownCause:
+    title: str
+    matches: tuple[str, ...]  # literal texts, compared case-insensitively with the log
+    why: str
+    check: str
+    fix: str
+    config: dict[str, Any] | None  # the fix as a ds_config fragment, when it is one
+    url: str
+
+    def found_in(self, text: str) -> str:
+        """The longest of its texts that `text` (lower-cased) holds, or ''."""
+        return max((m for m in self.matches if m.lower() in text), key=len, default="")
+
+
+def parse_known_causes(markdown: str, base_url: str = "dsqa://notes/known-errors") -> list[KnownCause]:
+    causes: list[KnownCause] = []
+    for block in re.split(r"^## ", markdown, flags=re.M)[1:]:
+        title, _, body = block.partition("\n")
+        fields: dict[str, str] = {}
+        for line in body.splitlines():
+            m = _FIELD.match(line.strip())
+            if m:
+                fields[m.group(1)] = m.group(2).strip()
+        matches = tuple(t for t in re.findall(r"`([^`]+)`", fields.get("Matches", "")) if t.strip())
+        if not matches or "Fix" not in fields:
+            raise ValueError(f"known cause {title.strip()!r} needs a Matches line with `texts` and a Fix line")
+        config = json.loads(fields["Config"]) if fields.get("Config") else None
+        causes.append(KnownCause(title.strip(), matches, fields.get("Why", ""), fields.get("Check", ""), fields["Fix"], config,
+                                 f"{base_url}#{slugify_kramdown(title.strip())}"))
+    return causes
+
+
+@lru_cache(maxsize=4)
+def read_known_causes(notes_dir: Path) -> tuple[KnownCause, ...]:
+    """The causes of the notes directory's known-errors note (none when it has no such note)."""
+    path = notes_dir / KNOWN_ERRORS_NOTE
+    if not path.is_file():
+        return ()
+    return tuple(parse_known_causes(path.read_text(encoding="utf-8"), f"dsqa://notes/{path.stem}"))
