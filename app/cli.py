@@ -290,8 +290,14 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
         print(f"dsqa: {field}: {first.get('msg')}", file=sys.stderr)
         return 2
     result = plan(request)
+    run = None
+    if args.run and result.fits:
+        from eval.plan_run import run_plan
+
+        print("running the planned config on this machine at tiny scale (a few steps of a tiny model)...", file=sys.stderr)
+        run = run_plan(result.config)
     if args.json:
-        _print_json(result.to_json())
+        _print_json({**result.to_json(), **({"run": run} if run is not None else {})})
         return 0 if result.fits else 1
     c = result.choice
     print(f"{'plan' if result.fits else 'NOTHING FITS; nearest'}: ZeRO stage {c['stage']}, optimizer offload {c['offload_optimizer']}, "
@@ -304,6 +310,10 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
         print(f"- {r['text']}" + (f"\n    {r['url']}" if r["url"] else ""))
     print(f"\nvalidated for {request.gpus_per_node * request.nodes} GPUs: {'valid' if result.validated['valid'] else result.validated['errors']}")
     print(json.dumps(result.config, indent=2))
+    if run is not None:
+        adapted = "; ".join(run["adaptations"])
+        print(f"\nrun here ({run['device']}): {run['status']}" + (f": {run['reason']}" if run["reason"] else "")
+              + (f" (adapted: {adapted})" if adapted and adapted not in run["reason"] else ""))
     return 0 if result.fits else 1
 
 
@@ -423,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--hidden", type=int)
     s.add_argument("--layers", type=int)
     s.add_argument("--json", action="store_true")
+    s.add_argument("--run", action="store_true", help="also run the planned config here at tiny scale through the snippet runner")
     s.set_defaults(fn=cmd_plan)
 
     s = sub.add_parser("doctor", help="explain a DeepSpeed error from a pasted log or traceback")
