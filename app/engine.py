@@ -26,7 +26,7 @@ from app.retriever import HybridRetriever, RetrievalOptions, Retriever
 from app.settings import Settings
 from indexer.documents import Snippet
 from indexer.embedder import Embedder, make_embedder
-from indexer.onnx_encoder import ENCODER_DIR, OnnxEmbedder, has_encoder
+from indexer.onnx_encoder import ENCODER_DIR, INT8_FILE, MODEL_FILE, OnnxEmbedder, has_encoder
 from indexer.package_source import key_facts
 from indexer.snippet_status import FAILS
 from indexer.store import IndexError_, LoadedIndex, load_index
@@ -105,10 +105,13 @@ def llm_client(settings: Settings, http: httpx.Client | None = None) -> LlmClien
 
 
 def query_embedder(settings: Settings, index_dir: Path) -> Embedder:
-    """The index's ONNX encoder when it has one (no torch at query time), else the model itself."""
-    if settings.query_encoder == "onnx" and settings.embedding_model is None and has_encoder(index_dir):
+    """The index's ONNX encoder when it has one (no torch at query time; int8 weights unless
+    `query_encoder` is "onnx"), else the model itself."""
+    if settings.query_encoder in ("onnx", "onnx-int8") and settings.embedding_model is None and has_encoder(index_dir):
+        folder = index_dir / ENCODER_DIR
+        model_file = INT8_FILE if settings.query_encoder == "onnx-int8" and (folder / INT8_FILE).is_file() else MODEL_FILE
         try:
-            return OnnxEmbedder(index_dir / ENCODER_DIR, threads=settings.encoder_threads)
+            return OnnxEmbedder(folder, threads=settings.encoder_threads, model_file=model_file)
         except Exception as exc:  # noqa: BLE001 - onnxruntime missing or the file unreadable: torch still answers
             log.warning("the ONNX query encoder did not load (%s): using sentence-transformers", exc)
     return make_embedder(settings.embedding_model)

