@@ -7,6 +7,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -141,14 +142,16 @@ def load_unit_model(path: Path = UNIT_MODEL_FILE) -> LinearModel | None:
 def about_other_option(question: str, text: str) -> bool:
     """The text speaks of a sibling of the option the question picked (fp16 for a bf16 question, stage
     2 for a stage 3 one, CPU for NVMe) and never of the one picked."""
-    for family in OPTION_FAMILIES:
-        asked = {name for name, pattern in family.items() if pattern.search(question)}
-        if len(asked) != 1:
-            continue
-        said = {name for name, pattern in family.items() if pattern.search(text)}
-        if said and not said & asked:
+    for asked, said in zip(options_named(question), options_named(text), strict=True):
+        if len(asked) == 1 and said and not said & asked:
             return True
     return False
+
+
+@lru_cache(maxsize=65536)
+def options_named(text: str) -> tuple[frozenset[str], ...]:
+    """Per option family, the options a text names (remembered: the same units are scored often)."""
+    return tuple(frozenset(name for name, pattern in family.items() if pattern.search(text)) for family in OPTION_FAMILIES)
 
 
 def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = None,
@@ -212,13 +215,25 @@ _DOTTED = re.compile(r"\b[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+\b")
 _SNAKE = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
 
 
+_LEAVES: dict[int, tuple[dict[str, tuple[str, str]], dict[str, list[str]]]] = {}
+
+
+def _leaves(facts: dict[str, tuple[str, str]]) -> dict[str, list[str]]:
+    """Leaf name -> the keys ending with it, built once per facts table (the engine keeps one)."""
+    cached = _LEAVES.get(id(facts))
+    if cached is None or cached[0] is not facts:
+        by_leaf: dict[str, list[str]] = {}
+        for path in facts:
+            by_leaf.setdefault(path.rsplit(".", 1)[-1], []).append(path)
+        cached = _LEAVES[id(facts)] = (facts, by_leaf)
+    return cached[1]
+
+
 def keys_named(text: str, facts: dict[str, tuple[str, str]]) -> list[str]:
     """Config keys a text names: a dotted path (whole, or the unique key it ends), or a distinctive
     leaf name (one with an underscore that at most two keys end with), in order of appearance;
     sections (dict or config-model types) left out."""
-    by_leaf: dict[str, list[str]] = {}
-    for path in facts:
-        by_leaf.setdefault(path.rsplit(".", 1)[-1], []).append(path)
+    by_leaf = _leaves(facts)
     found: list[tuple[int, str]] = []
     spans: list[tuple[int, int]] = []
     for m in _DOTTED.finditer(text):

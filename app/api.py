@@ -176,6 +176,9 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         given = header[7:].strip() if header.lower().startswith("bearer ") else ""
         if not given or not hmac.compare_digest(given.encode(), settings.admin_token.encode()):
             return JSONResponse(status_code=401, content={"error": "unauthorised", "message": "missing or wrong admin token"})
+        if settings.workers > 1:  # a request reaches one worker: the others would keep the old index
+            return JSONResponse(status_code=409, content={"error": "reload_needs_restart",
+                                                          "message": f"{settings.workers} workers serve: restart the service to load a rebuilt index"})
         old: Engine = request.app.state.engine
         embedder = getattr(old.retriever, "embedder", None)  # the model stays loaded
         fresh = await run_in_threadpool(load_engine, settings, embedder)
@@ -215,3 +218,13 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
     mount_slack(app, settings, current_engine)
     mount_web(app)
     return app
+
+
+def app_from_env() -> FastAPI:
+    """The app of one of several uvicorn worker processes (`dsqa serve --workers N`): settings from the
+    environment the parent exported, the index loaded in this worker's lifespan."""
+    from app.http_protocol import HeaderDeadlineProtocol
+
+    settings = Settings()
+    HeaderDeadlineProtocol.header_timeout_s = settings.header_timeout_s
+    return create_app(settings)

@@ -90,13 +90,35 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     # the app sees the real bind address (the MCP transport's DNS-rebinding guard depends on it)
     settings = settings.model_copy(update={"host": args.host or settings.host, "port": args.port or settings.port})
     configure_logging(json_lines=settings.log_json)
+    if args.workers:
+        settings = settings.model_copy(update={"workers": args.workers})
     try:  # a damaged index stops the start with one line; a missing one starts not-ready (503 until built)
         engine = load_engine(settings, strict=True) if index_present(settings.index_dir) else None
     except IndexError_ as exc:
         print(f"dsqa: {exc}", file=sys.stderr)
         return 3
+    if settings.workers > 1:
+        del engine  # each worker loads its own
+        return serve_workers(settings)
     uvicorn.Server(server_config(create_app(settings, engine), host=settings.host, port=settings.port,
                                  header_timeout_s=settings.header_timeout_s, access_log=not settings.log_json)).run()
+    return 0
+
+
+def serve_workers(settings: Settings) -> int:
+    """Several uvicorn worker processes on one port, each loading the index itself: the Python part of
+    an answer holds the GIL, so on N cores N processes answer about N times as many questions."""
+    import uvicorn
+
+    from app.http_protocol import HeaderDeadlineProtocol
+
+    env = {"DSQA_INDEX_DIR": str(Path(settings.index_dir).resolve()), "DSQA_HOST": settings.host, "DSQA_PORT": str(settings.port),
+           "DSQA_WORKERS": str(settings.workers)}
+    if "DSQA_ENCODER_THREADS" not in os.environ:  # one encoder thread per process: the processes share the cores
+        env["DSQA_ENCODER_THREADS"] = "1"
+    os.environ.update(env)
+    uvicorn.run("app.api:app_from_env", factory=True, workers=settings.workers, host=settings.host, port=settings.port,
+                http=HeaderDeadlineProtocol, log_level="info", access_log=not settings.log_json)
     return 0
 
 
@@ -385,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--index", type=Path)
     s.add_argument("--host")
     s.add_argument("--port", type=int)
+    s.add_argument("--workers", type=int, help="worker processes, each with the index loaded (default 1; DSQA_WORKERS)")
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("mcp", help="serve the MCP tools over stdio (Claude Code, Cursor, VS Code)")

@@ -57,6 +57,7 @@ class Settings(BaseSettings):
     api_keys: str | None = Field(default=None, repr=False)
     api_rate_per_minute: int = 120
     admin_token: str | None = Field(default=None, repr=False)  # POST /admin/reload (unset: the route answers 503)
+    workers: int = 1  # uvicorn worker processes (each loads the index; with more than one, /admin/reload answers 409)
     header_timeout_s: float = 10.0  # a connection that has not sent complete request headers by then gets 408 and is closed
     max_inflight_asks_note: str = ""  # /ask beyond this many at once: 503 with Retry-After, not a queue
 

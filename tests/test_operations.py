@@ -132,3 +132,41 @@ def test_openapi_lists_the_front_end_routes(ops_server: ServerThread) -> None:
     paths = httpx.get(ops_server.url + "/openapi.json").json()["paths"]
     assert {"/ask", "/validate-config", "/slack/commands", "/slack/events"} <= set(paths)
     assert Path(REPO / "app" / "static" / "index.html").is_file()
+
+
+def test_several_workers_serve_one_port_and_refuse_a_partial_reload(tmp_path_factory: pytest.TempPathFactory) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.conftest import free_port
+    from tests.small_index import HASH_MODEL
+
+    index = build_small_index(tmp_path_factory)
+    port = free_port()
+    env = {**os.environ, "DSQA_EMBEDDING_MODEL": HASH_MODEL, "DSQA_NO_ANSWER_THRESHOLD": "0", "DSQA_ADMIN_TOKEN": "adm",
+           "DSQA_LOG_JSON": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--index", str(index), "--port", str(port), "--workers", "2"],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "the workers did not start"
+            time.sleep(0.3)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            codes = [http.post("/ask", json={"question": "How do I enable ZeRO stage 2?"}).status_code for _ in range(12)]
+            assert codes == [200] * 12
+            r = http.post("/admin/reload", headers={"Authorization": "Bearer adm"})
+            assert r.status_code == 409 and r.json()["error"] == "reload_needs_restart"
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0].decode(errors="replace")
+    assert out.count("Started server process") == 2, out[-2000:]
