@@ -90,7 +90,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     # the app sees the real bind address (the MCP transport's DNS-rebinding guard depends on it)
     settings = settings.model_copy(update={"host": args.host or settings.host, "port": args.port or settings.port})
     configure_logging(json_lines=settings.log_json)
-    if args.workers:
+    if getattr(args, "workers", None):
         settings = settings.model_copy(update={"workers": args.workers})
     try:  # a damaged index stops the start with one line; a missing one starts not-ready (503 until built)
         engine = load_engine(settings, strict=True) if index_present(settings.index_dir) else None
@@ -111,14 +111,26 @@ def serve_workers(settings: Settings) -> int:
     import uvicorn
 
     from app.http_protocol import HeaderDeadlineProtocol
+    from indexer.store import index_present
 
     env = {"DSQA_INDEX_DIR": str(Path(settings.index_dir).resolve()), "DSQA_HOST": settings.host, "DSQA_PORT": str(settings.port),
            "DSQA_WORKERS": str(settings.workers)}
     if "DSQA_ENCODER_THREADS" not in os.environ:  # one encoder thread per process: the processes share the cores
         env["DSQA_ENCODER_THREADS"] = "1"
+    env["DSQA_VERIFY_IN_BACKGROUND"] = "false"  # one verify for all workers: run here, its ledger read by each
     os.environ.update(env)
-    uvicorn.run("app.api:app_from_env", factory=True, workers=settings.workers, host=settings.host, port=settings.port,
-                http=HeaderDeadlineProtocol, log_level="info", access_log=not settings.log_json)
+    verifier = None
+    if settings.verify_in_background and index_present(settings.index_dir):
+        from app.background_verify import BackgroundVerify
+
+        verifier = BackgroundVerify(Path(settings.index_dir), timeout_s=settings.verify_timeout_s)
+        verifier.start()
+    try:
+        uvicorn.run("app.api:app_from_env", factory=True, workers=settings.workers, host=settings.host, port=settings.port,
+                    http=HeaderDeadlineProtocol, log_level="info", access_log=not settings.log_json)
+    finally:
+        if verifier is not None:
+            verifier.stop()
     return 0
 
 
@@ -152,7 +164,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
         cmd_index(ns, settings)
     if not getattr(args, "no_verify", False):
         settings = settings.model_copy(update={"verify_in_background": True})
-    return cmd_serve(argparse.Namespace(index=None, host=args.host, port=args.port), settings)
+    return cmd_serve(argparse.Namespace(index=None, host=args.host, port=args.port, workers=args.workers), settings)
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
@@ -418,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s.add_argument("--port", type=int)
     s.add_argument("--no-verify", action="store_true", help="do not run the snippets in the background")
+    s.add_argument("--workers", type=int, help="worker processes, each with the index loaded (default 1; DSQA_WORKERS)")
     s.set_defaults(fn=cmd_up)
 
     s = sub.add_parser("ask", help="ask one question")
