@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eval.failure_blame import blame_failure
-from eval.ops_cache import OpsCache
+from eval.ops_cache import CPU_ENGINE_OPS, OpsCache
 from eval.programs import RUNNABLE_KINDS, prepare
 from eval.requirements import Capabilities, cpu_adaptable, detect_capabilities, detect_requirements, unmet
 from eval.sandbox import PIDS_MAX, free_port, run_sandboxed, scrub_env
@@ -183,6 +183,10 @@ class LocalRunner:
                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
         if gpu_ids is not None:
             extra["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+        if not caps.cuda and request.kind in ("ds_config", "launcher") and self.isolate:
+            # the ops every CPU engine loads, built once by the trusted step before any snippet needs them
+            # (else the first run compiles them in its own copy and the build step compiles them again)
+            self.ops.build(CPU_ENGINE_OPS, scrub_env(os.environ, {k: extra[k] for k in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")}))
         started = time.time()
         box = run_sandboxed(
             # CUDA reserves far more address space than it uses, so RLIMIT_AS is not applied on a GPU
