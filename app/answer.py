@@ -193,21 +193,30 @@ def _overlap(a: str, b: str) -> float:
     return len(ta & tb) / max(min(len(ta), len(tb)), 1)
 
 
-def extractive_answer(ask: str, sources: list[Source], similarities: np.ndarray | None = None,
-                      model: LinearModel | None = None, max_words: int | None = None) -> str:
-    """The composed extractive answer; `similarities`: cosine of the question with each candidate unit
-    (in `candidates(sources)` order) when the caller embedded them; `model`: the learned unit scorer
-    (used with the similarities; without either, the hand-weighted `unit_scores`)."""
+def scored_candidates(ask: str, sources: list[Source], similarities: np.ndarray | None = None,
+                      model: LinearModel | None = None) -> tuple[list[Candidate], np.ndarray]:
+    """The quotable units of the first passages and how well each answers: the learned unit scorer's
+    probability (with the similarities), else the hand-weighted `unit_scores`. `similarities`: cosine of
+    the question with each candidate unit (in `candidates(sources)` order) when the caller embedded them."""
+    cands = candidates(sources)
+    if model is not None and similarities is not None:
+        return cands, 1.0 / (1.0 + np.exp(-model.score(unit_features(ask, cands, similarities))))
+    return cands, unit_scores(ask, cands, similarities, semantic_weight=SEMANTIC_WEIGHT)
+
+
+def answer_text(sources: list[Source], cands: list[Candidate], scores: np.ndarray, max_words: int | None = None) -> str:
+    """The composed answer from scored candidates (a caller trying several budgets scores once)."""
     if not sources:
         return NOT_COVERED
-    cands = candidates(sources)
     if not cands:
         return f"See [{sources[0].n}]: {sources[0].title}."
-    if model is not None and similarities is not None:
-        scores = 1.0 / (1.0 + np.exp(-model.score(unit_features(ask, cands, similarities))))  # probabilities
-    else:
-        scores = unit_scores(ask, cands, similarities, semantic_weight=SEMANTIC_WEIGHT)
     return compose(cands, scores, max_words)
+
+
+def extractive_answer(ask: str, sources: list[Source], similarities: np.ndarray | None = None,
+                      model: LinearModel | None = None, max_words: int | None = None) -> str:
+    """The composed extractive answer (`scored_candidates`, then `answer_text`)."""
+    return answer_text(sources, *scored_candidates(ask, sources, similarities, model), max_words)
 
 
 CONFIG_KEYS = 3  # config keys named after an answer, with type and default

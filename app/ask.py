@@ -11,7 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from app.answer import ANSWER_DEPTH, ANSWER_WORDS, NOT_COVERED, Source, config_line, extractive_answer
+from app.answer import (
+    ANSWER_DEPTH,
+    ANSWER_WORDS,
+    NOT_COVERED,
+    Source,
+    answer_text,
+    config_line,
+    scored_candidates,
+)
 from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
@@ -150,11 +158,12 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         sources, similarities = answer_sources(index, result)
         ask_text = split_question(result.query).ask
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
-        body = extractive_answer(ask_text, sources, similarities, engine.unit_model, ANSWER_WORDS - len(terms.split()))
+        cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model)
+        body = answer_text(sources, cands, scores, ANSWER_WORDS - len(terms.split()))
         keys = config_line(result.query, body, engine.config_facts)
         if keys:  # the whole answer keeps to the budget: the quoted units make room for the Config line
             room = ANSWER_WORDS - len(terms.split()) - len(keys.split())
-            body = extractive_answer(ask_text, sources, similarities, engine.unit_model, room)
+            body = answer_text(sources, cands, scores, room)
             keys = config_line(result.query, body, engine.config_facts)
         draft = terms + body + (f"\n{keys}" if keys else "")
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)

@@ -23,7 +23,6 @@ from app.settings import Settings  # noqa: E402
 log = logging.getLogger("dsqa")
 
 
-
 def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 

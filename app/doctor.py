@@ -50,9 +50,17 @@ class Diagnosis:
         return asdict(self)
 
 
+def clean_log(log: str) -> str:
+    """The log's bounded tail without ANSI colours and `[rank3]:` prefixes."""
+    return _RANK.sub("", _ANSI.sub("", log[-MAX_LOG_CHARS:]))
+
+
 def extract_error(log: str) -> tuple[str, str]:
     """(exception type, message) of the last exception line; a message may run on a few lines."""
-    text = _RANK.sub("", _ANSI.sub("", log[-MAX_LOG_CHARS:]))
+    return _last_error(clean_log(log))
+
+
+def _last_error(text: str) -> tuple[str, str]:
     lines = text.splitlines()
     for i in range(len(lines) - 1, -1, -1):
         m = _EXC_LINE.match(lines[i])
@@ -131,14 +139,18 @@ def _known_cause(k: KnownCause, source_url: str, seen: str) -> Cause:
                  source_url=source_url, doc_urls=[k.url], doc_titles=[f"Known causes > {k.title}"])
 
 
-def known_matches(known: tuple[KnownCause, ...], message: str, log: str) -> tuple[list[tuple[KnownCause, str]], list[tuple[KnownCause, str]]]:
-    """Known causes whose texts the error message holds, then those found elsewhere in the log; each
-    with the text found, longest first."""
-    msg, whole = message.lower(), _RANK.sub("", _ANSI.sub("", log[-MAX_LOG_CHARS:])).lower()
-    in_message = sorted(((k, k.found_in(msg)) for k in known if k.found_in(msg)), key=lambda t: -len(t[1]))
-    taken = {k.title for k, _ in in_message}
-    elsewhere = sorted(((k, k.found_in(whole)) for k in known if k.title not in taken and k.found_in(whole)), key=lambda t: -len(t[1]))
-    return in_message, elsewhere
+def known_matches(known: tuple[KnownCause, ...], message: str, text: str) -> tuple[list[tuple[KnownCause, str]], list[tuple[KnownCause, str]]]:
+    """Known causes whose texts the error message holds, then those found elsewhere in the cleaned log;
+    each with the text found, longest first."""
+    msg, whole = message.lower(), text.lower()
+    in_message: list[tuple[KnownCause, str]] = []
+    elsewhere: list[tuple[KnownCause, str]] = []
+    for k in known:
+        if seen := k.found_in(msg):
+            in_message.append((k, seen))
+        elif seen := k.found_in(whole):
+            elsewhere.append((k, seen))
+    return sorted(in_message, key=lambda t: -len(t[1])), sorted(elsewhere, key=lambda t: -len(t[1]))
 
 
 KNOWN_SLOTS = 2  # known causes before the catalogue's raising lines
@@ -147,7 +159,8 @@ KNOWN_SLOTS = 2  # known causes before the catalogue's raising lines
 def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known: tuple[KnownCause, ...] = ()) -> Diagnosis:
     """`search(text) -> list[(title, url)]`: retrieval over the docs and notes (optional); `known`: the
     known causes of frequent failures (`indexer/known_causes.py`), put first when the log shows them."""
-    exception, message = extract_error(log)
+    text = clean_log(log)
+    exception, message = _last_error(text)
     seen = versions_in(log)
     error = {"type": exception, "message": message[:1000]}
     if not message and not exception:
@@ -169,7 +182,7 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     for cause in causes:
         cause.doc_urls = [url for _, url in docs[:3]]
         cause.doc_titles = [title for title, _ in docs[:3]]
-    in_message, elsewhere = known_matches(known, f"{exception}: {flat}", log)
+    in_message, elsewhere = known_matches(known, f"{exception}: {flat}", text)
     line = causes[0].source_url if matched == "exact" else ""
     first = [_known_cause(k, line, seen) for k, seen in in_message] + [_known_cause(k, "", seen) for k, seen in elsewhere]
     if first:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from app.answer import (
+    SEMANTIC_WEIGHT,
     UNIT_FEATURES,
     UNIT_MODEL_FILE,
     Candidate,
@@ -61,7 +62,7 @@ def question_units(engine: Engine, questions: list[Question]) -> list[QuestionUn
         evidence = [normalise(e) for e in q.evidence if normalise(e)]
         labels = np.array([any(e in normalise(c.unit.text) for e in evidence) for c in cands], dtype=np.int64)
         out.append(QuestionUnits(q.id, q.evidence, cands, unit_features(ask, cands, sims), labels,
-                                 unit_scores(ask, cands, sims, semantic_weight=4.0)))
+                                 unit_scores(ask, cands, sims, semantic_weight=SEMANTIC_WEIGHT)))
     return out
 
 

@@ -183,20 +183,21 @@ class LocalRunner:
                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
         if gpu_ids is not None:
             extra["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+        build_env = scrub_env(os.environ, {k: extra[k] for k in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")})
         if not caps.cuda and request.kind in ("ds_config", "launcher") and self.isolate:
             # the ops every CPU engine loads, built once by the trusted step before any snippet needs them
             # (else the first run compiles them in its own copy and the build step compiles them again)
-            self.ops.build(CPU_ENGINE_OPS, scrub_env(os.environ, {k: extra[k] for k in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")}))
+            self.ops.build(CPU_ENGINE_OPS, build_env)
         started = time.time()
         box = run_sandboxed(
             # CUDA reserves far more address space than it uses, so RLIMIT_AS is not applied on a GPU
             prepared.argv, prepared.files, timeout_s=request.timeout_s, memory_mb=None if caps.cuda else request.memory_mb,
             env=scrub_env(os.environ, extra), keep_cow=self.extensions_dir, isolate=self.isolate,
         )
-        if "ops_cache_copy_on_write" in box.isolation and self.ops.missing(box.cow_written):
-            # the run compiled an op into its own copy: build it for real, from deepspeed's sources
-            self.ops.build(box.cow_written, scrub_env(os.environ, {k: extra[k] for k in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")}),
-                           isolate=self.isolate)
+        if "ops_cache_copy_on_write" in box.isolation:
+            # an op the run had to compile into its own copy is built for real, from deepspeed's sources
+            # (`build` does nothing when the cache already holds everything the run wrote)
+            self.ops.build(box.cow_written, build_env, isolate=self.isolate)
         base.stdout, base.stderr, base.duration_s, base.isolation = box.stdout, box.stderr, box.duration_s, box.isolation
         if box.timed_out or box.signal:
             self._drop_stale_locks(started)
