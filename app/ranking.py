@@ -2,8 +2,9 @@
 
 Each candidate passage gets a row of features (BM25 and cosine of the whole question and of its
 ask, their ranks, how much of the question the heading trail and the text cover, exact identifier
-matches, the source kind, length). A logistic-regression model trained on the `tune` split of our
-question set (`dsqa eval train-ranker`) turns a row into a score; its weights ship in
+matches, the source kind, length; and the best cosine, BM25 and term coverage over the passage
+the chunk returns, its section span: what a reader gets and what relevance is judged on). A
+logistic-regression model trained on the `tune` split of our question set (`dsqa eval train-ranker`) turns a row into a score; its weights ship in
 `app/ranker.json`. Pure numpy at query time.
 """
 
@@ -38,6 +39,9 @@ FEATURES: tuple[str, ...] = (
     "log_words",
     "cjk_bm25",  # BM25 again, for Chinese questions only (their English is a bag of glossary terms)
     "cjk_cos",
+    "span_cos",  # best cosine over the passage the chunk returns (its section span), minus the best candidate's
+    "span_bm25",  # best BM25 over that passage / the best candidate's
+    "span_cover",  # share of the ask's terms found anywhere in that passage
 )
 
 
@@ -83,8 +87,10 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def candidate_features(ids: np.ndarray, q: QuerySignals, terms: list[ChunkTerms]) -> np.ndarray:
-    """One row of FEATURES per candidate chunk id."""
+def candidate_features(ids: np.ndarray, q: QuerySignals, terms: list[ChunkTerms],
+                       spans: list[tuple[int, ...]] | None = None) -> np.ndarray:
+    """One row of FEATURES per candidate chunk id; `spans` are the chunks each candidate's passage
+    joins (the candidate alone when not given)."""
     bm = q.bm25[ids].astype(np.float64)
     bma = q.bm25_ask[ids].astype(np.float64)
     cos = q.cos[ids].astype(np.float64)
@@ -111,6 +117,15 @@ def candidate_features(ids: np.ndarray, q: QuerySignals, terms: list[ChunkTerms]
         rows[r, 13] = math.log1p(t.words)
     rows[:, 14] = bm_n if q.cjk else 0.0
     rows[:, 15] = cos if q.cjk else 0.0
+    bm_best = float(bm.max()) if bm.max() > 0 else 1.0
+    for r in range(len(ids)):
+        if spans is None or len(spans[r]) == 1:  # the passage is the chunk itself
+            rows[r, 16], rows[r, 17], rows[r, 18] = rows[r, 3], bm_n[r], rows[r, 7]
+            continue
+        span = list(spans[r])
+        rows[r, 16] = float(q.cos[span].max()) - cos.max()
+        rows[r, 17] = float(q.bm25[span].max()) / bm_best
+        rows[r, 18] = len(set().union(*(q.ask_terms & terms[j].text for j in span))) / n_terms
     return rows
 
 

@@ -163,7 +163,7 @@ class HybridRetriever:
     def score(self, ids: np.ndarray, q: QuerySignals) -> np.ndarray:
         o = self.options
         if o.ranker is not None:
-            return o.ranker.score(candidate_features(ids, q, self.terms))
+            return o.ranker.score(candidate_features(ids, q, self.terms, [self.section_span(int(i)) for i in ids]))
         share = min(1.0, o.bm25_share * (o.cjk_bm25_scale if q.cjk else 1.0))
         fused = weighted_fusion(q.bm25[ids], q.cos[ids], share, 1.0 - share)
         if o.source_priors:

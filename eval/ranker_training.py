@@ -42,10 +42,12 @@ def question_rows(retriever: HybridRetriever, questions: list[Question]) -> list
         # our notes are in our own words, so the evidence rule can never mark one relevant: they carry
         # no label and are left out of training (at query time they are scored like any passage)
         ids = scorer.candidates(signals)
-        rows = candidate_features(ids, signals, scorer.terms)  # over the whole pool, as at query time
+        spans = [scorer.section_span(int(i)) for i in ids]
+        rows = candidate_features(ids, signals, scorer.terms, spans)  # over the whole pool, as at query time
         keep = np.array([retriever.index.chunks[int(i)].source != "notes" for i in ids], dtype=bool)
         evidence = [normalise(e) for e in q.evidence if normalise(e)]
-        labels = np.array([any(e in norm_text[int(i)] for e in evidence) for i in ids[keep]], dtype=np.int64)
+        labels = np.array([any(e in " ".join(norm_text[j] for j in span) for e in evidence)
+                           for span, k in zip(spans, keep, strict=True) if k], dtype=np.int64)
         out.append(QuestionRows(q.id, rows[keep], labels))
     return out
 

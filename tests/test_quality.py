@@ -39,14 +39,15 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing: hit@1 0.598, hit@5 0.811, MRR@10 0.706, zh hit@5 0.806; the retriever
-    before this split existed scored 0.496 / 0.779 / 0.618 / 0.742 (issue 9's targets, 0.65 / 0.92 /
-    0.75 / 0.90, are not reached yet; these floors keep what was won, two questions of margin)."""
+    """Measured at landing: hit@1 0.606, hit@5 0.843, MRR@10 0.711, zh hit@5 0.903 (with the ranker
+    labelled and featured by passage, not chunk; by chunk it was 0.591 / 0.811 / 0.700 / 0.806); the
+    retriever before this split existed scored 0.496 / 0.779 / 0.618 / 0.742 (issue 9's targets, 0.65 /
+    0.92 / 0.75 / 0.90, are not reached yet; these floors keep what was won, two questions of margin)."""
     t = scores["shipped"]["test"]
-    assert t["all"]["hit@5"] >= 0.80
-    assert t["all"]["hit@1"] >= 0.55
-    assert t["all"]["mrr@10"] >= 0.67
-    assert t["zh"]["hit@5"] >= 0.77
+    assert t["all"]["hit@5"] >= 0.82
+    assert t["all"]["hit@1"] >= 0.58
+    assert t["all"]["mrr@10"] >= 0.69
+    assert t["zh"]["hit@5"] >= 0.84
     assert t["all"]["median_top5_words"] <= 350
 
 
@@ -100,17 +101,18 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 def test_answers_on_held_out_questions(engine) -> None:
     """Measured at landing, on halves no choice was made on (served int8 query encoder): the answer text
-    holds a gold phrase for 59.8% of the test split (hand-weighted units quoted from other passages only:
-    46.5%; the sentence picker before that: 44.1%), no cited segment is cut (0 of 586), median 116 words;
-    35.7% of the test half of the unanswerable set refused, 3.9% of the answerable test split refused
-    (threshold at the split-conformal quantile of tune; the cosine threshold alone: 11% and 0%)."""
+    holds a gold phrase for 60.6% of the test split (hand-weighted units quoted from other passages only:
+    46.5%; the sentence picker before that: 44.1%), no cited segment is cut (0 of 635), median 117 words;
+    25.0% of the test half of the unanswerable set refused, 0.8% of the answerable test split refused
+    (threshold at the split-conformal quantile of tune; with the chunk-level ranker before: 35.7% and
+    3.9%; the cosine threshold alone: 11% and 0%)."""
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.56
+    assert report["evidence_in_answer"] >= 0.58
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
-    assert report["abstention"] >= 0.25
+    assert report["abstention"] >= 0.21
     assert report["false_abstention"] <= 0.04
 
 
