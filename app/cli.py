@@ -514,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     from eval.cli_runner import add_runner_commands  # run-snippet, verify, runner serve, eval answers
 
     add_runner_commands(sub, ev)
+    from eval.cli_bench import add_bench_command
+
+    add_bench_command(sub)
     return p
 
 

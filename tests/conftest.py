@@ -129,13 +129,19 @@ def embedder():  # the real model, loaded once
 
 
 @pytest.fixture(scope="session")
-def real_index(real_docs: Path, embedder, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def index_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The vector cache the real index is built with (DSQA_TEST_CACHE keeps one between sessions)."""
+    return Path(os.environ.get("DSQA_TEST_CACHE", str(tmp_path_factory.mktemp("cache"))))
+
+
+@pytest.fixture(scope="session")
+def real_index(real_docs: Path, embedder, index_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The index of the real docs + package + notes with the real model, built once a session."""
     from corpus import NOTES_DIR
     from indexer.build import build_index
 
     out = tmp_path_factory.mktemp("index") / "index"
-    cache = Path(os.environ.get("DSQA_TEST_CACHE", str(tmp_path_factory.mktemp("cache"))))
+    cache = index_cache
     build_index(out, embedder, docs_dir=real_docs, notes_dir=NOTES_DIR, cache_dir=cache, progress=False)
     return out
 

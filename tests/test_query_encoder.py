@@ -49,7 +49,7 @@ def test_answering_imports_neither_torch_nor_deepspeed(real_index: Path) -> None
 
 def test_int8_query_encoder_is_served_and_keeps_the_tune_figures(real_index: Path, embedder) -> None:
     """The default query encoder is the int8 one (about half the time a query, measured in
-    bench/latency.py); the tune split's hit@5 and MRR@10 stay within one question of full precision."""
+    `dsqa bench`); the tune split's hit@5 and MRR@10 stay within one question of full precision."""
     from eval.metrics import evaluate
     from eval.question_set import load_split
     from eval.retrieval_eval import search_fn
