@@ -28,8 +28,9 @@ from indexer.onnx_encoder import (
     ENCODER_DIR,
     INT8_FILE,
     MODEL_FILE,
+    OnnxEmbedder,
     export_encoder,
-    has_encoder,
+    is_encoder_folder,
     quantize_encoder,
 )
 from indexer.package_source import read_api_docs, read_config_catalogue
@@ -120,7 +121,7 @@ def query_encoder(embedder: Embedder, cache_dir: Path | None) -> Path | None:
     if model_path is None:
         return None
     folder = (cache_dir or Path(tempfile.gettempdir())) / f"encoder-{re.sub(r'[^A-Za-z0-9_.-]', '_', embedder.name)}"
-    if has_encoder(folder):
+    if is_encoder_folder(folder):  # exported by an earlier build
         try:
             quantize_encoder(folder)  # a folder cached before the int8 encoder existed
         except Exception as exc:  # noqa: BLE001 - the full-precision encoder still answers
@@ -132,6 +133,19 @@ def query_encoder(embedder: Embedder, cache_dir: Path | None) -> Path | None:
         log.warning("could not export the query encoder to ONNX (%s): queries will use torch", exc)
         shutil.rmtree(folder, ignore_errors=True)
         return None
+
+
+def export_embedder(folder: Path | None, embedder: Embedder) -> Embedder | None:
+    """The model's full-precision ONNX export as an embedder of a few new texts (vectors within 2e-7
+    of the torch model's), or None when there is no export of this model."""
+    if folder is None:
+        return None
+    try:
+        onnx = OnnxEmbedder(folder, threads=2)
+    except Exception as exc:  # noqa: BLE001 - the torch model embeds instead
+        log.warning("could not load the exported encoder (%s): new texts go through torch", exc)
+        return None
+    return onnx if (onnx.name, onnx.dimension) == (embedder.name, embedder.dimension) else None
 
 
 def build_index(
@@ -152,12 +166,14 @@ def build_index(
     if not chunks:
         raise ValueError("nothing to index: no documents were read")
     cache = VectorCache(cache_dir, embedder.name) if cache_dir is not None else None
+    encoder = query_encoder(embedder, cache_dir)
+    few = export_embedder(encoder, embedder)
     texts = [c.search_text for c in chunks]
-    vectors, embedded = embed_with_cache(embedder, texts, [c.id for c in chunks], cache, progress=progress)
+    vectors, embedded = embed_with_cache(embedder, texts, [c.id for c in chunks], cache, progress=progress, few=few)
     units, offsets = unit_table(chunks)
     unit_texts = [u.text for chunk_units in units for u in chunk_units]
     keys = [content_hash("unit", t) for t in unit_texts]
-    unit_vectors, embedded_units = embed_with_cache(embedder, unit_texts, keys, cache, progress=progress)
+    unit_vectors, embedded_units = embed_with_cache(embedder, unit_texts, keys, cache, progress=progress, few=few)
     embedded += embedded_units
     if cache is not None:
         cache.save()
@@ -181,7 +197,6 @@ def build_index(
         "build_seconds": round(seconds, 1),
         "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    encoder = query_encoder(embedder, cache_dir)
     if encoder is not None:
         manifest["query_encoder"] = f"onnx ({ENCODER_DIR}/{MODEL_FILE}, int8: {ENCODER_DIR}/{INT8_FILE})"
     errors = error_catalogue(cache_dir)

@@ -6,11 +6,13 @@ The fake (deterministic, same interface) exists only for fast unit tests of code
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
+from functools import cached_property
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -20,7 +22,11 @@ log = logging.getLogger(__name__)
 @runtime_checkable
 class Embedder(Protocol):
     name: str
-    dimension: int
+
+    @property
+    def dimension(self) -> int:
+        """Length of one vector."""
+        ...
 
     def embed(self, texts: list[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
         """Unit-normalised float32 vectors, one row per text."""
@@ -35,22 +41,36 @@ def default_model_path() -> str:
 
 
 class SentenceTransformerEmbedder:
-    """The real model, loaded by path, offline."""
+    """The real model, loaded by path, offline; sentence-transformers is imported (about 4 s) only
+    when something is embedded through it."""
 
     def __init__(self, model: str | None = None, device: str = "cpu", max_seq_length: int = 256):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
-
         path = model or default_model_path()
         self.path = path  # exported to ONNX at index time (indexer/onnx_encoder.py)
-        self._model = SentenceTransformer(path, device=device)
-        self._model.max_seq_length = max_seq_length
+        self.device = device
+        self.max_seq_length = max_seq_length
         self.name = Path(path).name if Path(path).exists() else path
         if self.name == "model":  # the gt package's folder name says nothing
             self.name = "all-MiniLM-L6-v2"
-        dim = self._model.get_sentence_embedding_dimension()
-        self.dimension = int(dim or 384)
+
+    @cached_property
+    def _model(self) -> Any:
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(self.path, device=self.device)
+        model.max_seq_length = self.max_seq_length
+        return model
+
+    @cached_property
+    def dimension(self) -> int:
+        """From the model folder's pooling config when it has one (no import), else from the model."""
+        try:
+            pooling = json.loads((Path(self.path) / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
+            return int(pooling["word_embedding_dimension"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return int(self._model.get_sentence_embedding_dimension() or 384)
 
     def embed(self, texts: list[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
         if not texts:
@@ -94,33 +114,66 @@ def make_embedder(model: str | None) -> Embedder:
 
 
 class VectorCache:
-    """Vectors by content hash on disk (one .npy per model), so a rebuild embeds only what changed."""
+    """Vectors by content hash on disk (one .npz per model: the keys and one matrix), so a rebuild
+    embeds only what changed; written only when something was added."""
+
+    KEYS, MATRIX = "__keys__", "__matrix__"
 
     def __init__(self, directory: Path, model_name: str):
         self.path = directory / f"vectors-{re.sub(r'[^A-Za-z0-9_.-]', '_', model_name)}.npz"
-        self._data: dict[str, np.ndarray] = {}
+        self._rows: dict[str, int] = {}
+        self._matrix = np.zeros((0, 0), dtype=np.float32)
+        self._added: dict[str, np.ndarray] = {}
         if self.path.is_file():
             try:
-                with np.load(self.path) as npz:
-                    self._data = {k: npz[k] for k in npz.files}
-            except (OSError, ValueError) as exc:
+                self._load()
+            except (OSError, ValueError, KeyError) as exc:
                 log.warning("ignoring unreadable vector cache %s: %s", self.path, exc)
+                self._rows, self._matrix = {}, np.zeros((0, 0), dtype=np.float32)
+
+    def _load(self) -> None:
+        with np.load(self.path) as npz:
+            if self.KEYS in npz.files:
+                keys = [str(k) for k in npz[self.KEYS]]
+                self._matrix = np.asarray(npz[self.MATRIX], dtype=np.float32)
+                if len(keys) != len(self._matrix):
+                    raise ValueError("keys and vectors differ in number")
+                self._rows = {k: i for i, k in enumerate(keys)}
+            else:  # the earlier layout, one array per key: read once, rewritten on the next save
+                self._added = {k: npz[k] for k in npz.files}
 
     def get(self, key: str) -> np.ndarray | None:
-        return self._data.get(key)
+        if key in self._added:
+            return self._added[key]
+        row = self._rows.get(key)
+        return self._matrix[row] if row is not None else None
 
     def put(self, key: str, vector: np.ndarray) -> None:
-        self._data[key] = vector
+        self._added[key] = vector
 
     def save(self) -> None:
+        if not self._added:
+            return  # nothing new: the file on disk is already this cache
+        keys = [k for k in self._rows if k not in self._added] + list(self._added)
+        kept = np.array([self._rows[k] for k in keys[: len(keys) - len(self._added)]], dtype=np.int64)
+        parts = [self._matrix[kept]] if len(kept) else []
+        parts.append(np.stack([np.asarray(v, dtype=np.float32) for v in self._added.values()]))
+        matrix = np.concatenate(parts) if len(parts) > 1 else parts[0]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp.npz")
-        np.savez(tmp, **self._data)  # type: ignore[arg-type]
+        np.savez(tmp, **{self.KEYS: np.array(keys), self.MATRIX: matrix})  # type: ignore[arg-type]
         os.replace(tmp, self.path)
+        self._rows, self._matrix, self._added = {k: i for i, k in enumerate(keys)}, matrix, {}
 
 
-def embed_with_cache(embedder: Embedder, texts: list[str], keys: list[str], cache: VectorCache | None, *, progress: bool = False) -> tuple[np.ndarray, int]:
-    """Embed texts, reusing cached vectors by key; returns (matrix, number newly embedded)."""
+FEW_TEXTS = 64  # up to this many new texts go through `few` (the ONNX export: no 4 s torch-model import)
+
+
+def embed_with_cache(embedder: Embedder, texts: list[str], keys: list[str], cache: VectorCache | None, *, progress: bool = False,
+                     few: Embedder | None = None) -> tuple[np.ndarray, int]:
+    """Embed texts, reusing cached vectors by key; returns (matrix, number newly embedded). `few`, the
+    same model another way (its ONNX export), embeds the new texts when there are at most FEW_TEXTS:
+    it loads in 0.4 s where the torch model's import takes 4, and batches of many are faster in torch."""
     result = np.zeros((len(texts), embedder.dimension), dtype=np.float32)
     missing = [i for i, k in enumerate(keys) if cache is None or cache.get(k) is None]
     if cache is not None:
@@ -131,7 +184,8 @@ def embed_with_cache(embedder: Embedder, texts: list[str], keys: list[str], cach
             elif i not in missing:
                 missing.append(i)
     if missing:
-        vectors = embedder.embed([texts[i] for i in missing], progress=progress)
+        model = few if few is not None and len(missing) <= FEW_TEXTS else embedder
+        vectors = model.embed([texts[i] for i in missing], progress=progress)
         for i, v in zip(missing, vectors, strict=True):
             result[i] = v
             if cache is not None:

@@ -105,5 +105,10 @@ class OnnxEmbedder:
 
 
 def has_encoder(index_dir: Path) -> bool:
-    folder = Path(index_dir) / ENCODER_DIR
+    """The index carries an exported encoder."""
+    return is_encoder_folder(Path(index_dir) / ENCODER_DIR)
+
+
+def is_encoder_folder(folder: Path) -> bool:
+    """The folder holds a whole export (the model, its tokenizer and its info)."""
     return all((folder / f).is_file() for f in (MODEL_FILE, TOKENIZER_FILE, INFO_FILE))

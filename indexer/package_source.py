@@ -91,9 +91,14 @@ def _resolve(path: str) -> Any:
     raise ImportError(path)
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
 def _signature(obj: Any, name: str) -> str:
+    """`name(params)`, a default's memory address dropped (`<function checkpoint>`): it differs on
+    every run and means nothing to a reader."""
     try:
-        return f"{name}{inspect.signature(obj)}"
+        return _ADDRESS.sub(">", f"{name}{inspect.signature(obj)}")
     except (TypeError, ValueError):
         return name
 

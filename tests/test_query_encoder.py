@@ -62,3 +62,23 @@ def test_int8_query_encoder_is_served_and_keeps_the_tune_figures(real_index: Pat
     b = evaluate(tune, search_fn(full.retriever, full.index))[1]["all"]  # type: ignore[arg-type]
     print({m: (a[m], b[m]) for m in ("hit@1", "hit@5", "mrr@10")})
     assert a["hit@5"] >= b["hit@5"] - 1 / len(tune) and a["mrr@10"] >= b["mrr@10"] - 0.01
+
+
+def test_a_rebuild_with_few_new_texts_embeds_them_through_the_export(real_index: Path, embedder, index_cache: Path, tmp_path: Path) -> None:
+    """A few new texts go through the cached ONNX export (no sentence-transformers import), with the
+    torch model's vectors to 1e-5; many go through torch."""
+    from indexer.build import export_embedder, query_encoder
+    from indexer.embedder import FEW_TEXTS, SentenceTransformerEmbedder, VectorCache, embed_with_cache
+
+    folder = query_encoder(embedder, index_cache)
+    few = export_embedder(folder, embedder)
+    assert isinstance(few, OnnxEmbedder)
+    texts = ["ZeRO stage 3 partitions the parameters.", "Offload the optimizer states to NVMe with aio tuned."]
+    lazy = SentenceTransformerEmbedder()
+    vectors, embedded = embed_with_cache(lazy, texts, ["k1", "k2"], VectorCache(tmp_path, lazy.name), few=few)
+    assert embedded == 2 and "_model" not in vars(lazy)  # the torch model was never loaded
+    assert lazy.dimension == embedder.dimension == 384
+    assert np.abs(vectors - embedder.embed(texts)).max() < 1e-5
+    many = [f"passage number {i} about pipeline stages" for i in range(FEW_TEXTS + 1)]
+    embed_with_cache(lazy, many, [str(i) for i in range(len(many))], None, few=few)
+    assert "_model" in vars(lazy)  # more than a few: the torch model, faster in batches

@@ -14,10 +14,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from indexer.build import build_index
-from indexer.embedder import HashEmbedder
+from indexer.embedder import HashEmbedder, VectorCache
 from indexer.fetch import FetchError, current_docs_dir, fetch_docs
 from indexer.store import IndexError_, load_index
 
@@ -36,6 +37,29 @@ def test_build_writes_manifest_and_reuses_vectors(tiny_docs: Path, tmp_path: Pat
     idx = load_index(out)
     assert len(idx.chunks) == first.chunks and idx.vectors.ntotal == first.chunks
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".index")]  # no temp dirs left
+
+
+def test_vector_cache_keeps_vectors_writes_only_news_and_reads_the_old_layout(tmp_path: Path) -> None:
+    cache = VectorCache(tmp_path, "m")
+    a, b = np.arange(4, dtype=np.float32), np.ones(4, dtype=np.float32)
+    cache.put("a", a)
+    cache.save()
+    stamp = cache.path.stat().st_mtime_ns
+    again = VectorCache(tmp_path, "m")
+    assert np.array_equal(again.get("a"), a) and again.get("b") is None
+    again.save()  # nothing added: the file is not rewritten
+    assert cache.path.stat().st_mtime_ns == stamp
+    again.put("b", b)
+    again.save()
+    third = VectorCache(tmp_path, "m")
+    assert np.array_equal(third.get("a"), a) and np.array_equal(third.get("b"), b)
+    np.savez(tmp_path / "vectors-old.npz", x=a, y=b)  # the layout before: one array per key
+    old = VectorCache(tmp_path, "old")
+    assert np.array_equal(old.get("y"), b)
+    old.save()
+    assert np.array_equal(VectorCache(tmp_path, "old").get("x"), a)
+    (tmp_path / "vectors-bad.npz").write_bytes(b"not a zip")
+    assert VectorCache(tmp_path, "bad").get("a") is None  # unreadable: ignored, rebuilt
 
 
 def test_failed_build_keeps_previous_index(tiny_docs: Path, tmp_path: Path) -> None:
