@@ -150,7 +150,7 @@ def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: 
         retrieval_options(settings, embedder.name),
     )
     if retriever.options.ranker is not None:
-        _ = retriever.terms  # the ranker's per-chunk terms: built at load, not on the first question
+        _ = retriever.feature_table  # the ranker's per-chunk terms and arrays: built at load, not on the first question
     unit_model = _for_encoder("answer unit scorer", load_unit_model() if settings.learned_answer else None, embedder.name)
     return Engine(settings=settings, index=index, retriever=retriever, glossary=glossary, llm=llm_client(settings, llm_http),
                   unit_model=unit_model)

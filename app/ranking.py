@@ -10,7 +10,7 @@ logistic-regression model trained on the `tune` split of our question set (`dsqa
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from app.linear_model import LinearModel, load_linear_model
 from indexer.documents import Chunk
-from indexer.tokenize import tokenize
+from indexer.tokenize import chunk_term_sets
 
 RANKER_FILE = Path(__file__).resolve().parent / "ranker.json"
 
@@ -56,10 +56,12 @@ class ChunkTerms:
     news: bool
 
 
-def chunk_terms(chunk: Chunk) -> ChunkTerms:
+def chunk_terms(chunk: Chunk, stored: tuple[frozenset[str], frozenset[str]] | None = None) -> ChunkTerms:
+    """`stored`: the (text, trail) tokens the index carries for the chunk; tokenized here without."""
+    text, trail = stored if stored is not None else chunk_term_sets(chunk.text, chunk.trail)
     return ChunkTerms(
-        text=frozenset(tokenize(chunk.text)),
-        trail=frozenset(tokenize(" ".join(chunk.trail))),
+        text=text,
+        trail=trail,
         words=len(chunk.text.split()),
         source=chunk.source,
         news=chunk.path.startswith(("blogs/", "docs/_posts/")),
@@ -87,15 +89,60 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def candidate_features(ids: np.ndarray, q: QuerySignals, terms: list[ChunkTerms],
-                       spans: list[tuple[int, ...]] | None = None) -> np.ndarray:
-    """One row of FEATURES per candidate chunk id; `spans` are the chunks each candidate's passage
-    joins (the candidate alone when not given)."""
+class FeatureTable:
+    """Per-chunk facts the features read, as arrays and posting lists built once per retriever: the
+    source flags, lengths, each chunk's passage (its section span, a contiguous range), and which
+    chunks, trails and passages hold each term. A question's coverage features are then a few array
+    additions over its terms instead of set operations per candidate."""
+
+    def __init__(self, terms: list[ChunkTerms], spans: list[tuple[int, ...]]):
+        self.n = len(terms)
+        self.api = np.array([t.source == "api" for t in terms], dtype=np.float64)
+        self.config = np.array([t.source == "config" for t in terms], dtype=np.float64)
+        self.news = np.array([t.news for t in terms], dtype=np.float64)
+        self.log_words = np.log1p(np.array([t.words for t in terms], dtype=np.float64))
+        self.lo = np.array([min(s) for s in spans], dtype=np.int64)
+        self.hi = np.array([max(s) for s in spans], dtype=np.int64)
+        self.text = _postings(t.text for t in terms)
+        self.trail = _postings(t.trail for t in terms)
+        self.span_text = _postings(frozenset().union(*(terms[j].text for j in s)) if len(s) > 1 else terms[i].text
+                                   for i, s in enumerate(spans))
+
+    def count(self, postings: dict[str, np.ndarray], words: frozenset[str]) -> np.ndarray:
+        """How many of `words` each chunk holds (by the given posting lists)."""
+        counts = np.zeros(self.n, dtype=np.float64)
+        for w in words:
+            hit = postings.get(w)
+            if hit is not None:
+                counts[hit] += 1.0
+        return counts
+
+    def span_max(self, values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """The best of `values` over each candidate's passage."""
+        out = values[ids].astype(np.float64)
+        for r in np.flatnonzero(self.hi[ids] > self.lo[ids]):
+            i = int(ids[r])
+            out[r] = float(values[self.lo[i]:self.hi[i] + 1].max())
+        return out
+
+
+def _postings(sets: Iterable[frozenset[str]]) -> dict[str, np.ndarray]:
+    lists: dict[str, list[int]] = {}
+    for i, words in enumerate(sets):
+        for w in words:
+            lists.setdefault(w, []).append(i)
+    return {w: np.array(v, dtype=np.int64) for w, v in lists.items()}
+
+
+def candidate_features(ids: np.ndarray, q: QuerySignals, table: FeatureTable) -> np.ndarray:
+    """One row of FEATURES per candidate chunk id."""
     bm = q.bm25[ids].astype(np.float64)
     bma = q.bm25_ask[ids].astype(np.float64)
     cos = q.cos[ids].astype(np.float64)
-    bm_n = bm / bm.max() if bm.max() > 0 else np.zeros_like(bm)
+    bm_best = float(bm.max()) if bm.max() > 0 else 0.0
+    bm_n = bm / bm_best if bm_best else np.zeros_like(bm)
     bma_n = bma / bma.max() if bma.max() > 0 else np.zeros_like(bma)
+    n_terms = max(len(q.ask_terms), 1)
     rows = np.zeros((len(ids), len(FEATURES)), dtype=np.float64)
     rows[:, 0] = bm_n
     rows[:, 1] = bma_n
@@ -103,29 +150,20 @@ def candidate_features(ids: np.ndarray, q: QuerySignals, terms: list[ChunkTerms]
     rows[:, 3] = cos - cos.max()
     rows[:, 4] = 1.0 / (1.0 + _ranks(bm))
     rows[:, 5] = 1.0 / (1.0 + _ranks(cos))
-    n_terms = max(len(q.ask_terms), 1)
-    n_ident = max(len(q.identifiers), 1)
-    for r, i in enumerate(ids):
-        t = terms[int(i)]
-        rows[r, 6] = len(q.ask_terms & t.trail) / n_terms
-        rows[r, 7] = len(q.ask_terms & t.text) / n_terms
-        rows[r, 8] = len(q.identifiers & t.text) / n_ident if q.identifiers else 0.0
-        rows[r, 9] = 1.0 if q.identifiers else 0.0
-        rows[r, 10] = t.source == "api"
-        rows[r, 11] = t.source == "config"
-        rows[r, 12] = t.news
-        rows[r, 13] = math.log1p(t.words)
+    rows[:, 6] = table.count(table.trail, q.ask_terms)[ids] / n_terms
+    rows[:, 7] = table.count(table.text, q.ask_terms)[ids] / n_terms
+    if q.identifiers:
+        rows[:, 8] = table.count(table.text, q.identifiers)[ids] / len(q.identifiers)
+        rows[:, 9] = 1.0
+    rows[:, 10] = table.api[ids]
+    rows[:, 11] = table.config[ids]
+    rows[:, 12] = table.news[ids]
+    rows[:, 13] = table.log_words[ids]
     rows[:, 14] = bm_n if q.cjk else 0.0
     rows[:, 15] = cos if q.cjk else 0.0
-    bm_best = float(bm.max()) if bm.max() > 0 else 1.0
-    for r in range(len(ids)):
-        if spans is None or len(spans[r]) == 1:  # the passage is the chunk itself
-            rows[r, 16], rows[r, 17], rows[r, 18] = rows[r, 3], bm_n[r], rows[r, 7]
-            continue
-        span = list(spans[r])
-        rows[r, 16] = float(q.cos[span].max()) - cos.max()
-        rows[r, 17] = float(q.bm25[span].max()) / bm_best
-        rows[r, 18] = len(set().union(*(q.ask_terms & terms[j].text for j in span))) / n_terms
+    rows[:, 16] = table.span_max(q.cos, ids) - cos.max()
+    rows[:, 17] = table.span_max(q.bm25, ids) / bm_best if bm_best else 0.0
+    rows[:, 18] = table.count(table.span_text, q.ask_terms)[ids] / n_terms
     return rows
 
 

@@ -23,7 +23,7 @@ from app.fusion import near_duplicate, rrf_fusion, shingles, weighted_fusion
 from app.glossary import Glossary, has_cjk
 from app.linear_model import LinearModel
 from app.query import identifiers, split_question
-from app.ranking import ChunkTerms, QuerySignals, candidate_features, chunk_terms
+from app.ranking import ChunkTerms, FeatureTable, QuerySignals, candidate_features, chunk_terms
 from indexer.documents import Chunk
 from indexer.embedder import Embedder
 from indexer.store import LoadedIndex
@@ -119,11 +119,18 @@ class HybridRetriever:
         other = copy.copy(self)
         other.options = replace(self.options, **changes)  # type: ignore[arg-type]
         other._spans = {}  # spans depend on `section_words`
+        other.__dict__.pop("feature_table", None)  # and so do the passages' posting lists
         return other
 
     @cached_property
     def terms(self) -> list[ChunkTerms]:
-        return [chunk_terms(c) for c in self.index.chunks]
+        stored = self.index.terms
+        return [chunk_terms(c, stored[i] if stored is not None else None) for i, c in enumerate(self.index.chunks)]
+
+    @cached_property
+    def feature_table(self) -> FeatureTable:
+        """The ranker's per-chunk arrays and posting lists (passages as `section_words` grows them)."""
+        return FeatureTable(self.terms, [self.section_span(i) for i in range(len(self.index.chunks))])
 
     def _bm25(self, text: str) -> np.ndarray:
         return bm25_scores(self.index, self.bm25_tokens(text))
@@ -163,7 +170,7 @@ class HybridRetriever:
     def score(self, ids: np.ndarray, q: QuerySignals) -> np.ndarray:
         o = self.options
         if o.ranker is not None:
-            return o.ranker.score(candidate_features(ids, q, self.terms, [self.section_span(int(i)) for i in ids]))
+            return o.ranker.score(candidate_features(ids, q, self.feature_table))
         share = min(1.0, o.bm25_share * (o.cjk_bm25_scale if q.cjk else 1.0))
         fused = weighted_fusion(q.bm25[ids], q.cos[ids], share, 1.0 - share)
         if o.source_priors:

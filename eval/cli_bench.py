@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eval.perf_bench import BenchOptions, format_report, run_bench
-
 
 def _workers(value: str) -> tuple[int, ...]:
     try:
@@ -24,6 +22,7 @@ def _workers(value: str) -> tuple[int, ...]:
 
 def cmd_bench(args: argparse.Namespace, settings: Any) -> int:
     from app.cli import resolve_docs_dir
+    from eval.perf_bench import BenchOptions, format_report, run_bench  # not imported by every dsqa command
     from eval.question_set import load_split
 
     index = args.index or settings.index_dir

@@ -43,7 +43,7 @@ def question_rows(retriever: HybridRetriever, questions: list[Question]) -> list
         # no label and are left out of training (at query time they are scored like any passage)
         ids = scorer.candidates(signals)
         spans = [scorer.section_span(int(i)) for i in ids]
-        rows = candidate_features(ids, signals, scorer.terms, spans)  # over the whole pool, as at query time
+        rows = candidate_features(ids, signals, scorer.feature_table)  # over the whole pool, as at query time
         keep = np.array([retriever.index.chunks[int(i)].source != "notes" for i in ids], dtype=bool)
         evidence = [normalise(e) for e in q.evidence if normalise(e)]
         labels = np.array([any(e in " ".join(norm_text[j] for j in span) for e in evidence)

@@ -25,12 +25,13 @@ from app.errors import IndexUnusable
 from indexer.documents import Chunk, Snippet
 from indexer.snippet_status import LEDGER, read_ledger, write_ledger_rows
 from indexer.text_units import Unit
-from indexer.tokenize import tokenize
+from indexer.tokenize import chunk_term_sets, tokenize
 
 FORMAT_VERSION = 2  # 2: BM25 tokens carry the words of abbreviated identifier parts; text unit vectors
 MANIFEST = "manifest.json"
 UNIT_VECTORS = "units.npy"
 UNITS = "units.jsonl"  # one line per chunk: its units as [text, block]
+TERMS = "terms.jsonl"  # one line per chunk: the distinct tokens of its text and of its heading trail
 
 
 class IndexError_(IndexUnusable):
@@ -49,6 +50,7 @@ class LoadedIndex:
     verification: dict[str, dict[str, Any]] = field(default_factory=dict)  # snippet id -> latest run
     units: list[list[Unit]] = field(default_factory=list)  # each chunk's text units (indexer/text_units.py)
     unit_vectors: np.ndarray | None = None  # one row per unit, chunk by chunk
+    terms: list[tuple[frozenset[str], frozenset[str]]] | None = None  # per chunk (text, trail) tokens; None: not stored
     ledger_stamp: tuple[int, int] = (0, 0)  # the ledger file's (mtime_ns, size) when last read
 
     def refresh_verification(self) -> bool:
@@ -129,6 +131,8 @@ def write_index(
         faiss.write_index(index, str(tmp / "vectors.faiss"))
         np.save(tmp / UNIT_VECTORS, np.ascontiguousarray(unit_vectors, dtype=np.float32))
         _write_jsonl(tmp / UNITS, [{"units": [[u.text, u.block] for u in row]} for row in chunk_units])
+        _write_jsonl(tmp / TERMS, [{"text": sorted(text), "trail": sorted(trail)}
+                                   for text, trail in (chunk_term_sets(c.text, c.trail) for c in chunks)])
         bm25 = bm25s.BM25(k1=1.2, b=0.75)
         bm25.index([tokenize(c.search_text) for c in chunks], show_progress=False)
         bm25.save(str(tmp / "bm25"))
@@ -260,6 +264,10 @@ def _jsonl(file: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _terms(file: Path) -> list[tuple[frozenset[str], frozenset[str]]]:
+    return [(frozenset(map(str, row["text"])), frozenset(map(str, row["trail"]))) for row in _jsonl(file)]
+
+
 def _bm25(file: Path) -> bm25s.BM25:
     with contextlib.redirect_stdout(None):
         return bm25s.BM25.load(str(file))
@@ -273,12 +281,14 @@ def load_index(path: Path, verify: bool = True) -> LoadedIndex:
     vectors = _read(path, "vectors.faiss", lambda f: faiss.read_index(str(f)))
     unit_vectors = _read(path, UNIT_VECTORS, np.load)
     units = _read(path, UNITS, lambda f: [[Unit(str(t), int(b)) for t, b in row["units"]] for row in _jsonl(f)])
+    terms = _read(path, TERMS, _terms) if (path / TERMS).is_file() else None  # an index built before: tokenized on load
     counted = (manifest.get("counts") or {}).get("chunks")
     problems = [
         (vectors.ntotal != len(chunks), f"vectors.faiss holds {vectors.ntotal} vectors for {len(chunks)} chunks"),
         (vectors.d != manifest.get("dimension"), f"the manifest says dimension {manifest.get('dimension')}, the vectors have {vectors.d}"),
         (counted is not None and counted != len(chunks), f"the manifest counts {counted} chunks, chunks.jsonl holds {len(chunks)}"),
         (len(units) != len(chunks) or sum(len(u) for u in units) != len(unit_vectors), "the text units do not match the chunks"),
+        (terms is not None and len(terms) != len(chunks), f"{TERMS} holds {len(terms or [])} rows for {len(chunks)} chunks"),
     ]
     for bad, what in problems:
         if bad:
@@ -286,5 +296,5 @@ def load_index(path: Path, verify: bool = True) -> LoadedIndex:
     bm25 = _read(path, "bm25", _bm25)
     return LoadedIndex(
         path=path, manifest=manifest, chunks=chunks, snippets=snippets, vectors=vectors, bm25=bm25,
-        verification=read_ledger(path), units=units, unit_vectors=unit_vectors,
+        verification=read_ledger(path), units=units, unit_vectors=unit_vectors, terms=terms,
     )

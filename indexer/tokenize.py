@@ -41,6 +41,12 @@ def term_set(text: str) -> frozenset[str]:
     return frozenset(tokenize(text))
 
 
+def chunk_term_sets(text: str, trail: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
+    """The distinct tokens of a chunk's text and of its heading trail: what the ranker's coverage
+    features read (stored in the index at build time, so loading it tokenizes nothing)."""
+    return frozenset(tokenize(text)), frozenset(tokenize(" ".join(trail)))
+
+
 def tokenize(text: str, *, expand: bool = True) -> list[str]:
     """BM25 tokens; `expand` adds the words an abbreviated part stands for (`ckpt` -> checkpoint).
     A question is tokenized by several parts of one search: short texts are remembered."""

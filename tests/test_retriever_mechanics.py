@@ -14,7 +14,7 @@ import pytest
 
 from app.linear_model import LinearModel
 from app.query import identifiers, split_question
-from app.ranking import FEATURES, QuerySignals, candidate_features, chunk_terms, load_ranker
+from app.ranking import FEATURES, FeatureTable, QuerySignals, candidate_features, chunk_terms, load_ranker
 from app.retriever import Bm25Retriever, DenseRetriever, HybridRetriever, RetrievalOptions, RrfRetriever
 from indexer.documents import Chunk
 from indexer.embedder import HashEmbedder
@@ -121,11 +121,19 @@ def test_learned_ranker_file_round_trips_and_refuses_other_features(tmp_path: Pa
 def test_features_are_finite_and_shaped() -> None:
     index = _index(CHUNKS)
     terms = [chunk_terms(c) for c in CHUNKS]
+    spans = [(0,), (1, 2), (1, 2), (3,), (4,), (5,)]  # chunks 1 and 2 share a section: one passage
     z = np.zeros(len(CHUNKS), dtype=np.float32)
-    q = QuerySignals(z + 1, z, z + 0.5, frozenset(tokenize("offload cpu")), frozenset({"offload_optimizer"}), False)
-    rows = candidate_features(np.arange(len(index.chunks)), q, terms)
+    cos = np.array([0.1, 0.2, 0.6, 0.1, 0.3, 0.0], dtype=np.float32)
+    q = QuerySignals(z + 1, z, cos, frozenset(tokenize("offload nvme")), frozenset({"offload_optimizer"}), False)
+    rows = candidate_features(np.arange(len(index.chunks)), q, FeatureTable(terms, spans))
     assert rows.shape == (len(CHUNKS), len(FEATURES)) and np.isfinite(rows).all()
     assert rows[1, FEATURES.index("ident_match")] == 1.0 and rows[0, FEATURES.index("ident_match")] == 0.0
+    col = FEATURES.index
+    # chunk 1 lacks "nvme" but its passage (with chunk 2) holds it, and chunk 2's cosine is the passage's best
+    assert rows[1, col("text_cover")] < rows[1, col("span_cover")] == rows[2, col("span_cover")] == 1.0
+    assert rows[1, col("span_cos")] == rows[2, col("span_cos")] == 0.0 and rows[1, col("cos_gap")] < 0
+    assert rows[4, col("span_cover")] == rows[4, col("text_cover")]  # a note is a passage of its own
+    assert rows[1, col("src_api")] == 0 and rows[0, col("log_words")] == np.log1p(len(CHUNKS[0].text.split()))
 
 
 def test_shipped_ranker_matches_this_version() -> None:

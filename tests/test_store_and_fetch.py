@@ -21,6 +21,7 @@ from indexer.build import build_index
 from indexer.embedder import HashEmbedder, VectorCache
 from indexer.fetch import FetchError, current_docs_dir, fetch_docs
 from indexer.store import IndexError_, load_index
+from indexer.tokenize import chunk_term_sets
 
 
 def test_build_writes_manifest_and_reuses_vectors(tiny_docs: Path, tmp_path: Path) -> None:
@@ -35,6 +36,8 @@ def test_build_writes_manifest_and_reuses_vectors(tiny_docs: Path, tmp_path: Pat
     second = build_index(out, emb, docs_dir=tiny_docs, notes_dir=None, cache_dir=cache, progress=False)
     assert second.embedded == 0  # everything came from the vector cache
     idx = load_index(out)
+    assert idx.terms is not None  # the ranker's term sets are stored, not tokenized again on every load
+    assert [idx.terms[i] for i in range(len(idx.chunks))] == [chunk_term_sets(c.text, c.trail) for c in idx.chunks]
     assert len(idx.chunks) == first.chunks and idx.vectors.ntotal == first.chunks
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".index")]  # no temp dirs left
 
