@@ -335,7 +335,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
         return 0 if result.fits else 1
     c = result.choice
     print(f"{'plan' if result.fits else 'NOTHING FITS; nearest'}: ZeRO stage {c['stage']}, optimizer offload {c['offload_optimizer']}, "
-          f"parameter offload {c['offload_param']}, {c['precision']}")
+          f"parameter offload {c['offload_param']}, {c['precision']}, {c['method']} fine-tuning")
     print(f"\n{'stage':>5} {'opt off':>8} {'param off':>9} {'GB/GPU':>8} {'CPU GB/node':>12}  fits")
     for cand in result.candidates:
         print(f"{cand.stage:>5} {cand.offload_optimizer:>8} {cand.offload_param:>9} {cand.per_gpu_gb:>8.1f} {cand.per_node_cpu_gb:>12.1f}  {'yes' if cand.fits else 'no: ' + cand.why_not}")
@@ -468,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--global-batch", type=int)
     s.add_argument("--hidden", type=int)
     s.add_argument("--layers", type=int)
+    s.add_argument("--lora-share", type=float, help="LoRA: the trainable share of the parameters, e.g. 0.01 (default: full fine-tuning)")
     s.add_argument("--json", action="store_true")
     s.add_argument("--run", action="store_true", help="also run the planned config here at tiny scale through the snippet runner")
     s.set_defaults(fn=cmd_plan)

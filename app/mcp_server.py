@@ -123,7 +123,7 @@ def render_passages(resp: AskResponse, max_words: int, snippet_ids: dict[str, tu
 def render_plan(result: dict[str, Any]) -> str:
     c = result["choice"]
     lines = [f"**{'Plan' if result['fits'] else 'Nothing fits; nearest'}**: ZeRO stage {c['stage']}, optimizer offload {c['offload_optimizer']}, "
-             f"parameter offload {c['offload_param']}, {c['precision']}", "", "| stage | optimizer | parameters | GB/GPU | CPU GB/node | fits |", "|---|---|---|---|---|---|"]
+             f"parameter offload {c['offload_param']}, {c['precision']}, {c.get('method', 'full')} fine-tuning", "", "| stage | optimizer | parameters | GB/GPU | CPU GB/node | fits |", "|---|---|---|---|---|---|"]
     lines += [f"| {x['stage']} | {x['offload_optimizer']} | {x['offload_param']} | {x['per_gpu_gb']} | {x['per_node_cpu_gb']} | {'yes' if x['fits'] else 'no'} |"
               for x in result["candidates"]]
     lines += ["", "**Why**"] + [f"- {r['text']}" + (f" (<{r['url']}>)" if r["url"] else "") for r in result["reasons"]]
@@ -229,13 +229,15 @@ def build_mcp_server(get_engine: EngineGetter, settings: Settings, lifespan: Any
         seq_len: Annotated[int, Field(ge=16, le=1_048_576)] = 2048,
         micro_batch: Annotated[int | None, Field(ge=1, le=4096)] = None,
         global_batch: Annotated[int | None, Field(ge=1)] = None,
+        lora_share: Annotated[float | None, Field(gt=0, le=0.5, description="LoRA: the trainable share, e.g. 0.01; none: full fine-tuning.")] = None,
     ) -> str:
         """A ds_config that fits a model on given GPUs: each ZeRO stage/offload candidate's memory
         (DeepSpeed's estimators), the choice, the reasons with docs links, validated."""
         with _tool_errors():
             try:
                 request = PlanRequest(params=params, gpus_per_node=gpus_per_node, gpu_mem_gb=gpu_mem_gb, nodes=nodes, gpu_kind=gpu_kind,
-                                      cpu_mem_gb=cpu_mem_gb, nvme=nvme, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch)
+                                      cpu_mem_gb=cpu_mem_gb, nvme=nvme, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
+                                      lora_share=lora_share)
             except ValidationError as exc:
                 first = exc.errors()[0]
                 raise InvalidInput(str(first.get("msg")), field_name=".".join(str(p) for p in first.get("loc", ())) or "input") from exc

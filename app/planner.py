@@ -36,6 +36,9 @@ RULES = {
                       "https://www.deepspeed.ai/docs/config-json/#activation-checkpointing"),
     "estimators": ("Model-state memory per GPU and per node from DeepSpeed's ZeRO memory estimators.",
                    "https://deepspeed.readthedocs.io/en/latest/memory.html"),
+    "lora": ("With LoRA only the adapters train: their gradients and optimizer states are ZeRO's estimate for the trainable count; "
+             "the frozen base weights are 16-bit, on every GPU below stage 3, partitioned (or offloaded) by stage 3.",
+             "https://www.deepspeed.ai/tutorials/mixed_precision_zeropp/"),
 }
 
 
@@ -55,6 +58,8 @@ class PlanRequest(BaseModel):
     hidden: int | None = Field(default=None, ge=64, le=65536)
     layers: int | None = Field(default=None, ge=1, le=1024)
     vocab: int = Field(default=32000, ge=100, le=1_000_000)
+    lora_share: float | None = Field(default=None, gt=0, le=0.5,
+                                     description="LoRA: the trainable share of the parameters, e.g. 0.01; none: full fine-tuning.")
 
     @model_validator(mode="after")
     def _batches(self) -> PlanRequest:
@@ -74,6 +79,8 @@ class Candidate:
     model_states_cpu_bytes: int
     fits: bool
     why_not: str = ""
+    frozen_gpu_bytes: int = 0  # LoRA: the frozen 16-bit base weights on one GPU (2 bytes each; stage 3 partitions them)
+    frozen_cpu_bytes: int = 0  # and in one node's CPU memory (stage 3 with parameter offload)
 
 
 @dataclass
@@ -113,25 +120,35 @@ def activation_bytes(req: PlanRequest, shape: dict[str, Any], micro: int, checkp
     return int(per_layer * layers)
 
 
-def _estimates(req: PlanRequest, shape: dict[str, Any]) -> list[tuple[int, str, str, int, int]]:
+Estimate = tuple[int, str, str, int, int, int, int]  # stage, offloads, estimator GPU/CPU bytes, frozen GPU/CPU bytes
+
+
+def _estimates(req: PlanRequest, shape: dict[str, Any]) -> list[Estimate]:
+    """Every candidate's model states from DeepSpeed's estimators, for the trainable parameters (all of
+    them, or the LoRA share); with LoRA, the frozen 16-bit base weights beside them (2 bytes each: on
+    every GPU at stage 2, a 1/world share at stage 3, in CPU memory with stage 3's parameter offload)."""
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
-    p, gpn, n, largest = int(req.params), req.gpus_per_node, req.nodes, shape["largest_layer_params"]
+    gpn, n, largest = req.gpus_per_node, req.nodes, shape["largest_layer_params"]
+    p = int(req.params * req.lora_share) if req.lora_share else int(req.params)
+    frozen = 2 * (int(req.params) - p)  # bytes of 16-bit frozen weights (0 for full fine-tuning)
+    world = gpn * n
 
-    def zero2(offload: bool) -> tuple[int, str, str, int, int]:
+    def zero2(offload: bool) -> Estimate:
         cpu, gpu = estimate_zero2_model_states_mem_needs(p, gpn, n, cpu_offload=offload)
-        return (2, "cpu" if offload else "none", "none", int(gpu), int(cpu))
+        return (2, "cpu" if offload else "none", "none", int(gpu), int(cpu), frozen, 0)
 
-    def zero3(opt: bool, par: bool) -> tuple[int, str, str, int, int]:
+    def zero3(opt: bool, par: bool) -> Estimate:
         cpu, gpu, _ = estimate_zero3_model_states_mem_needs(p, largest, gpn, n, cpu_offload=opt, cpu_offload_params=par)
-        return (3, "cpu" if opt else "none", "cpu" if par else "none", int(gpu), int(cpu))
+        on_gpu, on_cpu = (0, frozen // n) if par else (frozen // world, 0)
+        return (3, "cpu" if opt else "none", "cpu" if par else "none", int(gpu), int(cpu), on_gpu, on_cpu)
 
     # in the order the rules prefer: no offload at any stage first, then the optimizer, then the parameters
     out = [zero2(False), zero3(False, False), zero2(True), zero3(True, False), zero3(True, True)]
     if req.nvme:  # ZeRO-Infinity: the GPU side as with CPU offload, the states on NVMe, pinned buffers on the CPU
         cpu, gpu, _ = estimate_zero3_model_states_mem_needs(p, largest, gpn, n, cpu_offload=True, cpu_offload_params=True)
-        out.append((3, "nvme", "nvme", int(gpu), int(4 * largest * gpn * 5)))
+        out.append((3, "nvme", "nvme", int(gpu), int(4 * largest * gpn * 5), 0, 0))
     return out
 
 
@@ -143,16 +160,17 @@ def plan(req: PlanRequest) -> Plan:
     long_sequence = req.seq_len >= 2048
     candidates: list[Candidate] = []
     for checkpointing in ((True,) if long_sequence else (False, True)):
-        for stage, off_opt, off_par, gpu_bytes, cpu_bytes in _estimates(req, shape):
+        for stage, off_opt, off_par, gpu_bytes, cpu_bytes, frozen_gpu, frozen_cpu in _estimates(req, shape):
             act = activation_bytes(req, shape, micro, checkpointing)
-            per_gpu = (gpu_bytes + act) / GB / (1 - RESERVE)
-            per_cpu = cpu_bytes / GB
+            per_gpu = (gpu_bytes + frozen_gpu + act) / GB / (1 - RESERVE)
+            per_cpu = (cpu_bytes + frozen_cpu) / GB
             why = []
             if per_gpu > req.gpu_mem_gb:
                 why.append(f"needs {per_gpu:.1f} GB per GPU of {req.gpu_mem_gb:g}")
             if req.cpu_mem_gb is not None and per_cpu > req.cpu_mem_gb:
                 why.append(f"needs {per_cpu:.1f} GB of CPU memory per node of {req.cpu_mem_gb:g}")
-            candidates.append(Candidate(stage, off_opt, off_par, round(per_gpu, 2), gpu_bytes, round(per_cpu, 2), cpu_bytes, not why, "; ".join(why)))
+            candidates.append(Candidate(stage, off_opt, off_par, round(per_gpu, 2), gpu_bytes, round(per_cpu, 2), cpu_bytes, not why,
+                                        "; ".join(why), frozen_gpu, frozen_cpu))
         if any(c.fits for c in candidates):
             break
     fitting = [c for c in candidates if c.fits]
@@ -163,7 +181,8 @@ def plan(req: PlanRequest) -> Plan:
     result = validate_config(config, world_size=world)
     return Plan(
         choice={"stage": chosen.stage, "offload_optimizer": chosen.offload_optimizer, "offload_param": chosen.offload_param,
-                "precision": "bf16" if bf16 else "fp16", "activation_checkpointing": long_sequence},
+                "precision": "bf16" if bf16 else "fp16", "activation_checkpointing": long_sequence,
+                "method": f"lora ({req.lora_share:g} trainable)" if req.lora_share else "full"},
         config=config, candidates=candidates, reasons=reasons, validated=result.to_json(), shape=shape, fits=bool(fitting),
     )
 
@@ -191,7 +210,11 @@ def _reasons(req: PlanRequest, c: Candidate, bf16: bool, long_sequence: bool, sh
     def say(rule: str, text: str) -> dict[str, str]:
         return {"text": text, "rule": RULES[rule][0], "url": RULES[rule][1]}
 
-    reasons = [say("estimators", f"model states: {c.model_states_gpu_bytes / GB:.1f} GB per GPU, {c.model_states_cpu_bytes / GB:.1f} GB of CPU memory per node (DeepSpeed's estimator)")]
+    trained = f" of the {req.params * req.lora_share:.3g} trainable parameters" if req.lora_share else ""
+    reasons = [say("estimators", f"model states{trained}: {c.model_states_gpu_bytes / GB:.1f} GB per GPU, {c.model_states_cpu_bytes / GB:.1f} GB of CPU memory per node (DeepSpeed's estimator)")]
+    if req.lora_share:
+        reasons.append(say("lora", f"LoRA: the frozen base weights add {c.frozen_gpu_bytes / GB:.1f} GB per GPU and {c.frozen_cpu_bytes / GB:.1f} GB of CPU memory per node "
+                                   f"(2 bytes x {req.params * (1 - req.lora_share):.3g} frozen parameters, an estimate by that formula)"))
     if fits:
         reasons.append(say("smallest_stage", f"ZeRO stage {c.stage} with optimizer offload {c.offload_optimizer} and parameter offload {c.offload_param} is the first candidate that fits in {req.gpu_mem_gb:g} GB per GPU ({c.per_gpu_gb:.1f} GB planned)"))
     else:

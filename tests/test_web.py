@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,3 +104,28 @@ def test_bad_question_shows_the_service_message(web_server: ServerThread, browse
     page.click("#ask-button")
     page.wait_for_selector("#ask-error:not([hidden])", timeout=30_000)
     assert "question" in page.locator("#ask-error").inner_text()
+
+
+def test_plan_section_in_headless_chromium(web_server: ServerThread, browser) -> None:
+    """The page's planner asks POST /plan (the same core as the CLI and MCP) and shows the choice, every
+    candidate, the reasons with their docs links and the config; a bad field shows the service's message."""
+    page = browser.new_page()
+    page.goto(web_server.url + "/")
+    page.fill("#plan-params", "13e9")
+    page.fill("#plan-gpus", "1")
+    page.fill("#plan-gpu-mem", "24")
+    page.fill("#plan-gpu-kind", "a10")
+    page.fill("#plan-lora", "0.01")
+    page.click("#plan-button")
+    page.wait_for_selector("#plan:not([hidden])", timeout=30_000)
+    assert page.locator("#plan-choice").inner_text().startswith("plan: ZeRO stage 3, optimizer offload cpu, parameter offload cpu, bf16, lora")
+    assert page.locator("#plan-candidates tbody tr").count() == 5
+    assert page.locator("#plan-reasons a[href^='https://']").count() >= 3
+    config = json.loads(page.locator("#plan-config").inner_text())
+    assert config["zero_optimization"]["stage"] == 3 and config["bf16"] == {"enabled": True}
+    assert "validated" in page.locator("#plan-validated").inner_text()
+    page.fill("#plan-gpus", "0")
+    page.evaluate("document.getElementById('plan-gpus').removeAttribute('min')")
+    page.click("#plan-button")
+    page.wait_for_selector("#plan-error:not([hidden])", timeout=30_000)
+    assert page.locator("#plan-error").inner_text().startswith("gpus_per_node:")  # the field named, from the service

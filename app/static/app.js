@@ -1,4 +1,4 @@
-// dsqa web page: POST /ask, POST /validate-config, GET /readyz. All text goes in through textContent.
+// dsqa web page: POST /ask, POST /validate-config, POST /plan, GET /readyz. All text goes in through textContent.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -192,7 +192,62 @@ async function onValidate(event) {
   }
 }
 
+function planRequest() {
+  const body = {
+    params: Number($("plan-params").value),
+    gpus_per_node: Number($("plan-gpus").value),
+    nodes: Number($("plan-nodes").value) || 1,
+    gpu_mem_gb: Number($("plan-gpu-mem").value),
+    seq_len: Number($("plan-seq").value) || 2048,
+  };
+  const optional = { gpu_kind: $("plan-gpu-kind").value.trim(), nvme: $("plan-nvme").value.trim() };
+  for (const [k, v] of Object.entries(optional)) if (v) body[k] = v;
+  for (const [k, id] of [["cpu_mem_gb", "plan-cpu-mem"], ["micro_batch", "plan-micro"], ["lora_share", "plan-lora"]]) {
+    const v = $(id).value.trim();
+    if (v) body[k] = Number(v);
+  }
+  return body;
+}
+
+function renderPlan(result) {
+  const c = result.choice;
+  const choice = $("plan-choice");
+  choice.className = `verdict ${result.fits ? "valid" : "invalid"}`;
+  choice.textContent = `${result.fits ? "plan" : "nothing fits; nearest"}: ZeRO stage ${c.stage}, optimizer offload ${c.offload_optimizer}, `
+    + `parameter offload ${c.offload_param}, ${c.precision}, ${c.method} fine-tuning`;
+  const body = $("plan-candidates").querySelector("tbody");
+  body.replaceChildren(...result.candidates.map((x) => el("tr", { class: x.fits ? "fits" : "no" },
+    el("td", { text: String(x.stage) }), el("td", { text: x.offload_optimizer }), el("td", { text: x.offload_param }),
+    el("td", { text: x.per_gpu_gb.toFixed(1) }), el("td", { text: x.per_node_cpu_gb.toFixed(1) }),
+    el("td", { text: x.fits ? "yes" : `no: ${x.why_not}` }))));
+  $("plan-reasons").replaceChildren(...result.reasons.map((r) => {
+    const li = el("li", { text: r.text });
+    if (r.url) li.append(document.createTextNode(" "), el("a", { href: r.url, target: "_blank", rel: "noopener", text: "docs" }));
+    return li;
+  }));
+  $("plan-validated").textContent = result.validated.valid ? "(validated against the installed deepspeed)" : "(the validator found problems)";
+  $("plan-config").textContent = JSON.stringify(result.config, null, 2);
+  show($("plan"), true);
+}
+
+async function onPlan(event) {
+  event.preventDefault();
+  const button = $("plan-button");
+  show($("plan-error"), false);
+  button.disabled = true;
+  try {
+    renderPlan(await callJson("/plan", planRequest()));
+  } catch (e) {
+    $("plan-error").textContent = e.message;
+    show($("plan-error"), true);
+    show($("plan"), false);
+  } finally {
+    button.disabled = false;
+  }
+}
+
 $("ask-form").addEventListener("submit", onAsk);
+$("plan-form").addEventListener("submit", onPlan);
 $("validate-form").addEventListener("submit", onValidate);
 $("question").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("ask-form").requestSubmit(); }
