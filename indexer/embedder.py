@@ -171,23 +171,24 @@ FEW_TEXTS = 64  # up to this many new texts go through `few` (the ONNX export: n
 
 def embed_with_cache(embedder: Embedder, texts: list[str], keys: list[str], cache: VectorCache | None, *, progress: bool = False,
                      few: Embedder | None = None) -> tuple[np.ndarray, int]:
-    """Embed texts, reusing cached vectors by key; returns (matrix, number newly embedded). `few`, the
+    """Embed texts, reusing cached vectors by key (a key names one text: equal keys are embedded once);
+    returns (matrix, number of texts newly embedded). `few`, the
     same model another way (its ONNX export), embeds the new texts when there are at most FEW_TEXTS:
     it loads in 0.4 s where the torch model's import takes 4, and batches of many are faster in torch."""
     result = np.zeros((len(texts), embedder.dimension), dtype=np.float32)
-    missing = [i for i, k in enumerate(keys) if cache is None or cache.get(k) is None]
-    if cache is not None:
-        for i, k in enumerate(keys):
-            v = cache.get(k)
-            if v is not None and v.shape == (embedder.dimension,):
-                result[i] = v
-            elif i not in missing:
-                missing.append(i)
-    if missing:
-        model = few if few is not None and len(missing) <= FEW_TEXTS else embedder
-        vectors = model.embed([texts[i] for i in missing], progress=progress)
-        for i, v in zip(missing, vectors, strict=True):
+    todo: dict[str, list[int]] = {}  # key -> the rows that need it: a text that recurs (a unit in two chunks) is embedded once
+    for i, k in enumerate(keys):
+        v = cache.get(k) if cache is not None else None
+        if v is not None and v.shape == (embedder.dimension,):
             result[i] = v
+        else:
+            todo.setdefault(k, []).append(i)
+    if todo:
+        firsts = [rows[0] for rows in todo.values()]
+        model = few if few is not None and len(firsts) <= FEW_TEXTS else embedder
+        vectors = model.embed([texts[i] for i in firsts], progress=progress)
+        for (k, rows), v in zip(todo.items(), vectors, strict=True):
+            result[rows] = v
             if cache is not None:
-                cache.put(keys[i], v)
-    return result, len(missing)
+                cache.put(k, v)
+    return result, len(todo)

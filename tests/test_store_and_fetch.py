@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from indexer.build import build_index
-from indexer.embedder import HashEmbedder, VectorCache
+from indexer.embedder import HashEmbedder, VectorCache, embed_with_cache
 from indexer.fetch import FetchError, current_docs_dir, fetch_docs
 from indexer.store import IndexError_, load_index
 from indexer.tokenize import chunk_term_sets
@@ -63,6 +63,21 @@ def test_vector_cache_keeps_vectors_writes_only_news_and_reads_the_old_layout(tm
     assert np.array_equal(VectorCache(tmp_path, "old").get("x"), a)
     (tmp_path / "vectors-bad.npz").write_bytes(b"not a zip")
     assert VectorCache(tmp_path, "bad").get("a") is None  # unreadable: ignored, rebuilt
+
+
+def test_a_recurring_text_is_embedded_once(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+
+    class Counting(HashEmbedder):
+        def embed(self, texts: list[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
+            seen.append(list(texts))
+            return super().embed(texts)
+
+    emb = Counting()
+    texts = ["same sentence", "other one", "same sentence"]
+    vectors, embedded = embed_with_cache(emb, texts, ["k1", "k2", "k1"], VectorCache(tmp_path, emb.name))
+    assert embedded == 2 and seen == [["same sentence", "other one"]]
+    assert np.array_equal(vectors[0], vectors[2]) and np.array_equal(vectors, emb.embed(texts))
 
 
 def test_failed_build_keeps_previous_index(tiny_docs: Path, tmp_path: Path) -> None:
