@@ -15,11 +15,14 @@ from app.answer import (
     ANSWER_DEPTH,
     ANSWER_WORDS,
     NOT_COVERED,
+    Candidate,
     Source,
     answer_text,
     config_line,
+    keys_named,
     scored_candidates,
 )
+from app.answer_shapes import ERROR_LINE, missing_sides, question_kind, sides, snippet_line, status_line
 from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
@@ -159,14 +162,35 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         ask_text = split_question(result.query).ask
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model)
-        body = answer_text(sources, cands, scores, ANSWER_WORDS - len(terms.split()))
-        keys = config_line(result.query, body, engine.config_facts)
-        if keys:  # the whole answer keeps to the budget: the quoted units make room for the Config line
-            room = ANSWER_WORDS - len(terms.split()) - len(keys.split())
-            body = answer_text(sources, cands, scores, room)
-            keys = config_line(result.query, body, engine.config_facts)
-        draft = terms + body + (f"\n{keys}" if keys else "")
+        draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()))
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)
+
+
+def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sources: list[Source], cands: list[Candidate],
+                  scores: np.ndarray, snippets: list[SnippetOut], budget: int) -> str:
+    """The composed units in the shape of the question's kind (`app/answer_shapes.py`), with the Config
+    line of the keys involved; everything within `budget` words."""
+    facts = engine.config_facts
+    kind = question_kind(request.question, keys_named(result.query, facts))
+    first = {sid for h in result.hits[:ANSWER_DEPTH] for sid in h.chunk.snippet_ids}
+    tail = snippet_line(snippets, first) if kind == "howto" else ERROR_LINE if kind == "error" else ""
+    head = ""
+    if kind == "version":  # the installed deepspeed's word first, unless the quoted units say it already
+        said = answer_text(sources, cands, scores, budget - len(tail.split()))
+        head = status_line(result.query, keys_named(result.query, facts), engine.config_status, said)
+    room = budget - len(head.split()) - len(tail.split())
+    body = answer_text(sources, cands, scores, room)
+    extra = missing_sides(body, cands, scores, sides(result.query)) if kind == "compare" else []
+    if extra:  # the other side of a comparison joins: the units before it make room
+        body = answer_text(sources, cands, scores, room - sum(len(c.unit.text.split()) for c in extra))
+        body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
+    keys = config_line(result.query, body, facts)
+    if keys:  # the whole answer keeps to the budget: the quoted units make room for the Config line
+        body = answer_text(sources, cands, scores, room - len(keys.split()) - sum(len(c.unit.text.split()) for c in extra))
+        body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
+        keys = config_line(result.query, body, facts)
+    parts = [keys, body] if kind == "config" and keys else [head, body, keys]
+    return "\n".join(p for p in [*parts, tail] if p)
 
 
 def finish(engine: Engine, request: AskRequest, prepared: Prepared, answer: str) -> AskResponse:

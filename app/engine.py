@@ -27,7 +27,7 @@ from app.settings import Settings
 from indexer.documents import Snippet
 from indexer.embedder import Embedder, make_embedder
 from indexer.onnx_encoder import ENCODER_DIR, INT8_FILE, MODEL_FILE, OnnxEmbedder, has_encoder
-from indexer.package_source import key_facts
+from indexer.package_source import key_facts, key_status
 from indexer.snippet_status import FAILS
 from indexer.store import IndexError_, LoadedIndex, load_index
 
@@ -62,6 +62,15 @@ class Engine:
             if chunk.source == "config":
                 facts.update(key_facts(chunk.text))
         return facts
+
+    @cached_property
+    def config_status(self) -> dict[str, str]:
+        """Config key -> the installed deepspeed's word on it when deprecated or removed (computed once)."""
+        status: dict[str, str] = {}
+        for chunk in self.index.chunks if self.index is not None else ():
+            if chunk.source == "config":
+                status.update(key_status(chunk.text))
+        return status
 
     @cached_property
     def stale_pages(self) -> dict[str, Snippet]:

@@ -248,6 +248,27 @@ def key_facts(text: str) -> dict[str, tuple[str, str]]:
     return facts
 
 
+_STATUS = re.compile(r"Deprecated: use `(?P<new>[\w.]+)` instead\.|(?P<bare>Deprecated\.)|Removed in deepspeed (?P<version>[\w.+-]+): (?P<message>[^\n]*)")
+
+
+def key_status(text: str) -> dict[str, str]:
+    """Path -> what the installed deepspeed says of a key that is deprecated or removed ("removed in
+    deepspeed 0.19.8: <its message>", "deprecated: use `x` instead"), read from the lines
+    `describe_key` writes; keys in good standing are left out."""
+    status = {}
+    for m in map(CATALOGUE_ENTRY.match, text.splitlines()):
+        found = _STATUS.search(m.group("rest")) if m else None
+        if m is None or found is None:
+            continue
+        if found.group("version"):
+            status[m.group("key")] = f"removed in deepspeed {found.group('version')}: {found.group('message').strip()}"
+        elif found.group("new"):
+            status[m.group("key")] = f"deprecated: use `{found.group('new')}` instead"
+        else:
+            status[m.group("key")] = "deprecated"
+    return status
+
+
 def read_config_catalogue(docs_root: Path | None) -> list[Document]:
     """One document per top-level section; each key a block, so a chunk holds a key group."""
     version = deepspeed_version()

@@ -1,0 +1,109 @@
+"""Answer shapes by question type: what a reply puts around the quoted sentences.
+
+The kind of a question decides what comes with the composed units (`app/answer.py`):
+- `version` ("was X removed", "is X deprecated", "since which version"): the installed deepspeed's own
+  word on the keys named (removed, with DeepSpeed's message; deprecated, with the replacement) first;
+- `compare` ("X vs Y", "difference between"): both sides quoted: when the units name only one of the
+  options or identifiers the question weighs, the best unit naming the other joins;
+- `config` (names a key, or asks which setting): the keys' type and default lead the answer;
+- `howto`: the best snippet of the first passages, by id and with what was done to it;
+- `error` (a traceback or an error message): where the whole log is matched against what deepspeed raises;
+- `other`: the units alone.
+Pure functions: `app/ask.py` calls them with what it has already computed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+
+from app.answer import OPTION_FAMILIES, Candidate, options_named
+from app.query import identifiers
+from app.schemas import SnippetOut
+from indexer.snippet_status import CHECKED, RAN, SHOW_ORDER
+
+KINDS = ("error", "version", "compare", "config", "howto", "other")
+
+_ERROR = re.compile(r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b|\bassert(?:ion)?\b.{0,40}\bfail|报错|异常")
+_VERSION = re.compile(
+    r"\b(?:removed|deprecated|no longer|still (?:supported|exists?|works?|available|there)|which (?:deepspeed )?(?:version|release)"
+    r"|what (?:deepspeed )?(?:version|release)|since (?:which|what|version)|in (?:which|what) (?:version|release))\b"
+    r"|被移除|移除了|删除了|废弃|弃用|哪个版本|哪一版|还支持",
+    re.I,
+)
+_COMPARE = re.compile(r"\b(?:vs\.?|versus|difference between|differences between|compared? (?:to|with)|or should i use)\b|区别|对比|相比|还是", re.I)
+_WHICH_KNOB = re.compile(r"\b(?:which|what) (?:config )?(?:setting|option|key|flag|parameter|knob)s?\b|哪个参数|哪个配置|什么参数", re.I)
+_HOWTO = re.compile(r"\bhow (?:do|can|should|to|would|does one)\b|\bwhat(?:'s| is) the (?:right )?way\b|怎么|如何|怎样", re.I)
+
+
+def question_kind(question: str, keys: list[str]) -> str:
+    """One of KINDS: an error first (its message decides), then version, compare, config, how-to."""
+    if _ERROR.search(question):
+        return "error"
+    if _VERSION.search(question):
+        return "version"
+    if _COMPARE.search(question):
+        return "compare"
+    if keys or _WHICH_KNOB.search(question):
+        return "config"
+    if _HOWTO.search(question):
+        return "howto"
+    return "other"
+
+
+def status_line(question: str, keys: list[str], status: dict[str, str], body: str = "") -> str:
+    """'`elasticity`: removed in deepspeed 0.19.8: ...' for the keys the question names (whole, or a
+    top-level block named as a word) that are deprecated or removed, unless `body` says it already."""
+    low = question.lower()
+    named = [k for k in keys if k in status]
+    named += [k for k in status if k not in named and re.search(rf"(?<![\w.]){re.escape(k.rsplit('.', 1)[-1].lower())}(?![\w])", low)]
+    named = [k for k in named if status[k].split(": ", 1)[-1].rstrip(".") not in body]
+    if not named:
+        return ""
+    return " ".join(f"`{k}`: {status[k]}" + ("" if status[k].endswith(".") else ".") for k in named[:2])
+
+
+def sides(question: str) -> list[Callable[[str], bool]]:
+    """What a comparison weighs: two or more options of one family (fp16 / bf16, stage 2 / 3, CPU /
+    NVMe), else two or more identifiers; as tests of a unit's text. Empty when it names fewer."""
+    for family, asked in zip(OPTION_FAMILIES, options_named(question), strict=True):
+        if len(asked) >= 2:
+            return [_matches(family[name]) for name in sorted(asked)]
+    names = sorted(identifiers(question))
+    return [_contains(name) for name in names[:3]] if len(names) >= 2 else []
+
+
+def _matches(pattern: re.Pattern[str]) -> Callable[[str], bool]:
+    return lambda text: bool(pattern.search(text))
+
+
+def _contains(name: str) -> Callable[[str], bool]:
+    low = name.lower()
+    return lambda text: low in text.lower()
+
+
+def missing_sides(answer: str, cands: list[Candidate], scores: np.ndarray, tests: list[Callable[[str], bool]]) -> list[Candidate]:
+    """For each side the answer does not name, the best-scored unit that does (none when no unit does)."""
+    extra: list[Candidate] = []
+    order = np.argsort(-scores, kind="stable")
+    for test in tests:
+        if test(answer) or any(test(c.unit.text) for c in extra):
+            continue
+        best = next((cands[int(i)] for i in order if test(cands[int(i)].unit.text) and cands[int(i)].unit.text not in answer), None)
+        if best is not None:
+            extra.append(best)
+    return extra
+
+
+def snippet_line(snippets: list[SnippetOut], first: set[str]) -> str:
+    """The best snippet of the first passages (`first`: their snippet ids), when one ran or was checked."""
+    usable = [s for s in snippets if s.id in first and s.status in (RAN, CHECKED)]
+    if not usable:
+        return ""
+    best = min(usable, key=lambda s: SHOW_ORDER.get(s.status, 3))
+    return f"Example: snippet `{best.id}` ({best.label}; below)."
+
+
+ERROR_LINE = "The whole log, matched against the errors the installed deepspeed raises: the error doctor (`dsqa doctor`, POST /diagnose, MCP `diagnose_error`)."

@@ -1,0 +1,85 @@
+"""Answer shapes by question type: the kind of a question, and what each kind adds (pure parts here;
+each shape on the real index in tests/test_quality.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.answer import Candidate, Source
+from app.answer_shapes import ERROR_LINE, missing_sides, question_kind, sides, snippet_line, status_line
+from app.schemas import SnippetOut
+from indexer.package_source import key_status
+from indexer.text_units import Unit
+
+
+@pytest.mark.parametrize(("question", "keys", "kind"), [
+    ("Traceback (most recent call last):\n  ...\nRuntimeError: CUDA out of memory. What now?", [], "error"),
+    ("I get ValueError: train_batch_size is not equal to micro_batch * gas * world_size", [], "error"),
+    ("训练时报错，怎么解决？", [], "error"),
+    ("Was the elasticity block removed from DeepSpeed?", [], "version"),
+    ("Is cpu_offload still supported or deprecated?", ["zero_optimization.cpu_offload"], "version"),
+    ("Since which version does AutoTP training work?", [], "version"),
+    ("stage3_gather_fp16_weights_on_model_save 这个参数还支持吗？", [], "version"),
+    ("fp16 vs bf16 on A100: which should I use?", [], "compare"),
+    ("What is the difference between ZeRO stage 2 and stage 3?", [], "compare"),
+    ("ZeRO-2 和 ZeRO-3 的区别是什么？", [], "compare"),
+    ("What does overlap_comm do?", ["zero_optimization.overlap_comm"], "config"),
+    ("Which setting controls how often the loss scale is raised?", [], "config"),
+    ("How do I launch on two nodes with a hostfile?", [], "howto"),
+    ("怎么开启 ZeRO-3 的 offload？", [], "howto"),
+    ("Tell me about pipeline parallelism.", [], "other"),
+])
+def test_question_kind(question: str, keys: list[str], kind: str) -> None:
+    assert question_kind(question, keys) == kind
+
+
+CATALOGUE = (
+    "`elasticity` (type dict; default {}). Removed in deepspeed 0.19.8: Elastic training has been removed.\n"
+    "`zero_optimization.cpu_offload` (type bool; default False). Deprecated: use `offload_optimizer` instead.\n"
+    "`zero_optimization.overlap_comm` (type bool; default None). Attempts to overlap the reduction."
+)
+
+
+def test_key_status_reads_removed_and_deprecated_keys_only() -> None:
+    status = key_status(CATALOGUE)
+    assert status == {"elasticity": "removed in deepspeed 0.19.8: Elastic training has been removed.",
+                      "zero_optimization.cpu_offload": "deprecated: use `offload_optimizer` instead"}
+
+
+def test_status_line_for_named_keys_unless_already_said() -> None:
+    status = key_status(CATALOGUE)
+    line = status_line("was elasticity removed?", [], status)
+    assert line == "`elasticity`: removed in deepspeed 0.19.8: Elastic training has been removed."
+    assert status_line("is cpu_offload deprecated?", ["zero_optimization.cpu_offload"], status).endswith("instead.")
+    assert status_line("was elasticity removed?", [], status, body="Elastic training has been removed. [1]") == ""
+    assert status_line("is overlap_comm deprecated?", ["zero_optimization.overlap_comm"], status) == ""
+
+
+def _cands(texts: list[str]) -> list[Candidate]:
+    src = Source(1, "T", "H", " ".join(texts))
+    return [Candidate(src, Unit(t, 0), i) for i, t in enumerate(texts)]
+
+
+def test_a_comparison_gets_the_side_its_units_left_out() -> None:
+    tests = sides("fp16 vs bf16: which one?")
+    assert len(tests) == 2
+    cands = _cands(["bf16 needs no loss scaling.", "Loss scaling keeps fp16 gradients from underflowing.", "Unrelated."])
+    scores = np.array([0.9, 0.5, 0.1])
+    extra = missing_sides("bf16 needs no loss scaling. [1]", cands, scores, tests)
+    assert [c.unit.text for c in extra] == ["Loss scaling keeps fp16 gradients from underflowing."]
+    assert missing_sides("bf16 and fp16 both [1]", cands, scores, tests) == []
+    assert sides("What is overlap_comm?") == []  # one side: not a comparison
+    assert len(sides("reduce_bucket_size versus allgather_bucket_size")) == 2  # identifiers when no option family
+
+
+def _snippet(sid: str, status: str) -> SnippetOut:
+    return SnippetOut(id=sid, language="json", kind="ds_config", code="{}", source_url="u", status=status, label=status)
+
+
+def test_howto_example_is_a_snippet_that_ran_or_was_checked_in_the_first_passages() -> None:
+    snippets = [_snippet("a", "fails"), _snippet("b", "checked"), _snippet("c", "ran"), _snippet("d", "ran")]
+    assert snippet_line(snippets, {"a", "b", "c"}) == "Example: snippet `c` (ran; below)."
+    assert snippet_line(snippets, {"a", "b"}) == "Example: snippet `b` (checked; below)."
+    assert snippet_line(snippets, {"a"}) == ""  # failing code is never offered
+    assert "dsqa doctor" in ERROR_LINE and "/diagnose" in ERROR_LINE
