@@ -316,6 +316,15 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     from app.planner import PlanRequest, plan
 
     fields = {k: getattr(args, k) for k in PlanRequest.model_fields if getattr(args, k, None) is not None}
+    if args.hf_config is not None:
+        try:
+            fields["hf_config"] = json.loads(args.hf_config.read_text(encoding="utf-8"))
+        except (OSError, UnicodeError, ValueError) as exc:
+            print(f"dsqa: hf_config: cannot read {args.hf_config} as JSON ({exc})", file=sys.stderr)
+            return 2
+        if not isinstance(fields["hf_config"], dict):
+            print(f"dsqa: hf_config: {args.hf_config} is not a JSON object", file=sys.stderr)
+            return 2
     try:
         request = PlanRequest(**fields)
     except ValidationError as exc:
@@ -455,7 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_validate_config)
 
     s = sub.add_parser("plan", help="plan a ds_config that fits a model on given hardware (memory from DeepSpeed's estimators)")
-    s.add_argument("--params", type=float, required=True, help="parameter count, e.g. 7e9")
+    s.add_argument("--params", type=float, help="parameter count, e.g. 7e9 (or --hf-config)")
+    s.add_argument("--hf-config", type=Path, help="a Hugging Face model's config.json: sizes (and without --params, the count) from it")
     s.add_argument("--gpus-per-node", type=int, required=True)
     s.add_argument("--nodes", type=int, default=1)
     s.add_argument("--gpu-mem-gb", type=float, required=True)

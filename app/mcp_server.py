@@ -219,9 +219,9 @@ def build_mcp_server(get_engine: EngineGetter, settings: Settings, lifespan: Any
 
     @server.tool(structured_output=False)
     def plan_config(
-        params: Annotated[float, Field(gt=1e6, le=1e13, description="Parameter count, e.g. 7e9.")],
         gpus_per_node: Annotated[int, Field(ge=1, le=64)],
         gpu_mem_gb: Annotated[float, Field(gt=0, le=1024, description="Memory of one GPU in GB.")],
+        params: Annotated[float | None, Field(gt=1e6, le=1e13, description="Parameter count, e.g. 7e9 (or hf_config).")] = None,
         nodes: Annotated[int, Field(ge=1, le=4096)] = 1,
         gpu_kind: Annotated[str, Field(max_length=32, description="a100, h100, v100... (bf16 on Ampere and newer)")] = "",
         cpu_mem_gb: Annotated[float | None, Field(gt=0, description="CPU memory of one node in GB.")] = None,
@@ -230,6 +230,7 @@ def build_mcp_server(get_engine: EngineGetter, settings: Settings, lifespan: Any
         micro_batch: Annotated[int | None, Field(ge=1, le=4096)] = None,
         global_batch: Annotated[int | None, Field(ge=1)] = None,
         lora_share: Annotated[float | None, Field(gt=0, le=0.5, description="LoRA: the trainable share, e.g. 0.01; none: full fine-tuning.")] = None,
+        hf_config: Annotated[dict[str, Any] | None, Field(description="A Hugging Face model's config.json (its sizes; the count without params).")] = None,
     ) -> str:
         """A ds_config that fits a model on given GPUs: each ZeRO stage/offload candidate's memory
         (DeepSpeed's estimators), the choice, the reasons with docs links, validated."""
@@ -237,7 +238,7 @@ def build_mcp_server(get_engine: EngineGetter, settings: Settings, lifespan: Any
             try:
                 request = PlanRequest(params=params, gpus_per_node=gpus_per_node, gpu_mem_gb=gpu_mem_gb, nodes=nodes, gpu_kind=gpu_kind,
                                       cpu_mem_gb=cpu_mem_gb, nvme=nvme, seq_len=seq_len, micro_batch=micro_batch, global_batch=global_batch,
-                                      lora_share=lora_share)
+                                      lora_share=lora_share, hf_config=hf_config)
             except ValidationError as exc:
                 first = exc.errors()[0]
                 raise InvalidInput(str(first.get("msg")), field_name=".".join(str(p) for p in first.get("loc", ())) or "input") from exc

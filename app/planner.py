@@ -13,7 +13,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from indexer.config_check import validate_config
 
@@ -45,7 +45,11 @@ RULES = {
 class PlanRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    params: float = Field(gt=1e6, le=1e13, description="Parameter count, e.g. 7e9.")
+    # hf_config before params: a missing count is an error only without a config.json to count from
+    hf_config: dict[str, Any] | None = Field(default=None, description="A Hugging Face model's config.json: hidden size, layers, "
+                                             "vocabulary and (without params) the parameter count come from it.")
+    params: float | None = Field(default=None, gt=1e6, le=1e13, validate_default=True,
+                                 description="Parameter count, e.g. 7e9 (or give hf_config).")
     gpus_per_node: int = Field(ge=1, le=64)
     nodes: int = Field(default=1, ge=1, le=4096)
     gpu_mem_gb: float = Field(gt=0, le=1024, description="Memory of one GPU in GB.")
@@ -60,6 +64,38 @@ class PlanRequest(BaseModel):
     vocab: int = Field(default=32000, ge=100, le=1_000_000)
     lora_share: float | None = Field(default=None, gt=0, le=0.5,
                                      description="LoRA: the trainable share of the parameters, e.g. 0.01; none: full fine-tuning.")
+
+    @field_validator("hf_config")
+    @classmethod
+    def _readable_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            hf_shape(value)  # names what is missing
+        return value
+
+    @field_validator("params")
+    @classmethod
+    def _count_or_config(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is None and info.data.get("hf_config") is None:
+            raise ValueError("give the parameter count (e.g. 7e9) or hf_config (a config.json)")
+        return value
+
+    @property
+    def total(self) -> float:
+        """The parameter count (set by now: given, or from hf_config)."""
+        return float(self.params or 0)
+
+    @model_validator(mode="after")
+    def _shape(self) -> PlanRequest:
+        """The model from its config.json when given: its sizes fill what was not given."""
+        if self.hf_config is not None:
+            shape = hf_shape(self.hf_config)
+            self.hidden = self.hidden or shape["hidden"]
+            self.layers = self.layers or shape["layers"]
+            if "vocab_size" in self.hf_config:
+                self.vocab = shape["vocab"]
+            if self.params is None:
+                self.params = float(shape["params"])
+        return self
 
     @model_validator(mode="after")
     def _batches(self) -> PlanRequest:
@@ -97,14 +133,44 @@ class Plan:
         return {**asdict(self), "candidates": [asdict(c) for c in self.candidates]}
 
 
+def _int(config: dict[str, Any], *names: str) -> int | None:
+    for name in names:
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def hf_shape(config: dict[str, Any]) -> dict[str, int]:
+    """Hidden size, layers, vocabulary and parameter count of a decoder from its Hugging Face
+    config.json (Llama/Mistral/Qwen names, GPT-2's and T5's too). Parameters: per layer the attention
+    projections (grouped-query heads counted) and the MLP (three matrices for a gated activation such
+    as SiLU, two otherwise), plus the embedding, twice when not tied; norms and biases left out."""
+    hidden = _int(config, "hidden_size", "n_embd", "d_model")
+    layers = _int(config, "num_hidden_layers", "n_layer", "num_layers")
+    if hidden is None or layers is None:
+        raise ValueError("no hidden_size / num_hidden_layers (or n_embd / n_layer) in it")
+    vocab = _int(config, "vocab_size") or 32000
+    heads = _int(config, "num_attention_heads", "n_head", "num_heads") or max(1, hidden // 128)
+    kv_heads = _int(config, "num_key_value_heads") or heads
+    head_dim = _int(config, "head_dim") or hidden // heads
+    inner = _int(config, "intermediate_size", "n_inner", "d_ff") or 4 * hidden
+    gated = str(config.get("hidden_act") or config.get("activation_function") or "").lower() in ("silu", "swiglu", "swish", "geglu")
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    mlp = (3 if gated else 2) * hidden * inner
+    embedding = vocab * hidden * (1 if config.get("tie_word_embeddings", False) else 2)
+    return {"hidden": hidden, "layers": layers, "vocab": vocab, "params": layers * (attention + mlp) + embedding}
+
+
 def model_shape(req: PlanRequest) -> dict[str, Any]:
     """Hidden size and layers as given, or derived from the parameter count for a GPT-style shape
     (params = 12 x layers x hidden^2, hidden = 128 x layers), and the largest layer (the embedding)."""
+    params = req.total
     if req.hidden and req.layers:
         hidden, layers, derived = req.hidden, req.layers, False
     else:
-        hidden = req.hidden or int(round((128 * req.params / 12) ** (1 / 3) / 128) * 128) or 128
-        layers = req.layers or max(1, round(req.params / (12 * hidden * hidden)))
+        hidden = req.hidden or int(round((128 * params / 12) ** (1 / 3) / 128) * 128) or 128
+        layers = req.layers or max(1, round(params / (12 * hidden * hidden)))
         derived = True
     return {"hidden": hidden, "layers": layers, "largest_layer_params": req.vocab * hidden, "derived": derived}
 
@@ -131,8 +197,8 @@ def _estimates(req: PlanRequest, shape: dict[str, Any]) -> list[Estimate]:
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
     gpn, n, largest = req.gpus_per_node, req.nodes, shape["largest_layer_params"]
-    p = int(req.params * req.lora_share) if req.lora_share else int(req.params)
-    frozen = 2 * (int(req.params) - p)  # bytes of 16-bit frozen weights (0 for full fine-tuning)
+    p = int(req.total * req.lora_share) if req.lora_share else int(req.total)
+    frozen = 2 * (int(req.total) - p)  # bytes of 16-bit frozen weights (0 for full fine-tuning)
     world = gpn * n
 
     def zero2(offload: bool) -> Estimate:
@@ -210,11 +276,11 @@ def _reasons(req: PlanRequest, c: Candidate, bf16: bool, long_sequence: bool, sh
     def say(rule: str, text: str) -> dict[str, str]:
         return {"text": text, "rule": RULES[rule][0], "url": RULES[rule][1]}
 
-    trained = f" of the {req.params * req.lora_share:.3g} trainable parameters" if req.lora_share else ""
+    trained = f" of the {req.total * req.lora_share:.3g} trainable parameters" if req.lora_share else ""
     reasons = [say("estimators", f"model states{trained}: {c.model_states_gpu_bytes / GB:.1f} GB per GPU, {c.model_states_cpu_bytes / GB:.1f} GB of CPU memory per node (DeepSpeed's estimator)")]
     if req.lora_share:
         reasons.append(say("lora", f"LoRA: the frozen base weights add {c.frozen_gpu_bytes / GB:.1f} GB per GPU and {c.frozen_cpu_bytes / GB:.1f} GB of CPU memory per node "
-                                   f"(2 bytes x {req.params * (1 - req.lora_share):.3g} frozen parameters, an estimate by that formula)"))
+                                   f"(2 bytes x {req.total * (1 - req.lora_share):.3g} frozen parameters, an estimate by that formula)"))
     if fits:
         reasons.append(say("smallest_stage", f"ZeRO stage {c.stage} with optimizer offload {c.offload_optimizer} and parameter offload {c.offload_param} is the first candidate that fits in {req.gpu_mem_gb:g} GB per GPU ({c.per_gpu_gb:.1f} GB planned)"))
     else:
@@ -225,6 +291,9 @@ def _reasons(req: PlanRequest, c: Candidate, bf16: bool, long_sequence: bool, sh
     if long_sequence:
         reasons.append(say("checkpointing", f"sequence length {req.seq_len}: activation memory planned with checkpointing on (turn it on in the model, e.g. gradient_checkpointing_enable())"))
     reasons.append(say("batch", f"train_batch_size {micro * accumulation * world} = micro {micro} x accumulation {accumulation} x {world} GPUs"))
+    if req.hf_config is not None:
+        reasons.append({"text": f"from config.json: hidden {shape['hidden']}, {shape['layers']} layers, vocabulary {req.vocab}, "
+                                f"{req.total:.3g} parameters (counted from the attention and MLP shapes when not given)", "rule": "", "url": ""})
     if shape["derived"]:
         reasons.append({"text": f"hidden {shape['hidden']} and {shape['layers']} layers were derived from the parameter count (GPT-style shape); give hidden and layers for a closer activation estimate", "rule": "", "url": ""})
     return reasons

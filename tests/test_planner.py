@@ -12,7 +12,7 @@ import sys
 import pytest
 from fastapi.testclient import TestClient
 
-from app.planner import PlanRequest, model_shape, plan
+from app.planner import PlanRequest, hf_shape, model_shape, plan
 
 SCENARIOS = [
     # (inputs, expected (stage, offload_optimizer, offload_param, precision))
@@ -107,6 +107,38 @@ def test_lora_trains_the_share_and_keeps_the_frozen_weights_in_16_bit() -> None:
         PlanRequest(params=7e9, gpus_per_node=1, gpu_mem_gb=24, lora_share=0.9)
 
 
+LLAMA2_7B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+             "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32000, "hidden_act": "silu", "tie_word_embeddings": False}
+MISTRAL_7B = {**LLAMA2_7B, "intermediate_size": 14336, "num_key_value_heads": 8}
+GPT2 = {"n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "activation_function": "gelu_new", "tie_word_embeddings": True}
+
+
+def test_a_models_config_json_gives_its_shape_and_count(tmp_path) -> None:
+    """Counts as published for these models (Llama-2-7B 6.74B, Mistral-7B 7.24B with grouped-query
+    attention, GPT-2 124M with its biases and position table, which the count leaves out)."""
+    assert hf_shape(LLAMA2_7B)["params"] == 6_738_149_376
+    assert hf_shape(MISTRAL_7B)["params"] == 7_241_465_856
+    assert 0.98 < hf_shape(GPT2)["params"] / 124.4e6 < 1.0
+    req = PlanRequest(gpus_per_node=8, gpu_mem_gb=40, hf_config=MISTRAL_7B)
+    assert (req.params, req.hidden, req.layers, req.vocab) == (7_241_465_856, 4096, 32, 32000)
+    result = plan(req)
+    assert result.shape["derived"] is False and any("config.json" in r["text"] for r in result.reasons)
+    assert PlanRequest(params=7e9, gpus_per_node=8, gpu_mem_gb=40, hf_config=MISTRAL_7B).params == 7e9  # a given count wins
+    with pytest.raises(ValueError, match="hf_config"):
+        PlanRequest(gpus_per_node=8, gpu_mem_gb=40, hf_config={"model_type": "x"})
+    with pytest.raises(ValueError, match="params"):
+        PlanRequest(gpus_per_node=8, gpu_mem_gb=40)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(LLAMA2_7B))
+    out = subprocess.run([sys.executable, "-m", "app.cli", "plan", "--hf-config", str(cfg), "--gpus-per-node", "8", "--gpu-mem-gb", "40",
+                          "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and json.loads(out.stdout)["shape"]["hidden"] == 4096
+    cfg.write_text("not json")
+    bad = subprocess.run([sys.executable, "-m", "app.cli", "plan", "--hf-config", str(cfg), "--gpus-per-node", "8", "--gpu-mem-gb", "40"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.startswith("dsqa: hf_config:") and "Traceback" not in bad.stderr
+
+
 def test_nothing_fits_is_explained_and_the_cli_exits_1() -> None:
     result = plan(PlanRequest(params=176e9, gpus_per_node=8, gpu_mem_gb=80, gpu_kind="a100", cpu_mem_gb=1024))
     assert not result.fits and "nothing fits" in result.reasons[1]["text"] and "NVMe" in result.reasons[1]["text"]
@@ -127,6 +159,10 @@ def test_plan_route_answers_and_refuses_impossible_batches(tmp_path_factory: pyt
         bad = http.post("/plan", json={"params": 7e9, "gpus_per_node": 8, "gpu_mem_gb": 40, "micro_batch": 64, "global_batch": 32})
         assert bad.status_code == 422 and "micro_batch" in bad.json()["message"]
         assert http.post("/plan", json={"params": 7e9, "gpus_per_node": 0, "gpu_mem_gb": 40}).json()["field"] == "gpus_per_node"
+        assert http.post("/plan", json={"gpus_per_node": 8, "gpu_mem_gb": 40}).json()["field"] == "params"
+        assert http.post("/plan", json={"gpus_per_node": 8, "gpu_mem_gb": 40, "hf_config": {"x": 1}}).json()["field"] == "hf_config"
+        llama = http.post("/plan", json={"gpus_per_node": 8, "gpu_mem_gb": 40, "hf_config": LLAMA2_7B})
+        assert llama.status_code == 200 and llama.json()["shape"]["layers"] == 32
 
 
 @pytest.mark.slow
