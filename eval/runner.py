@@ -136,6 +136,9 @@ def default_extensions_dir() -> str:
     return os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path("var/cache/torch_extensions").resolve())
 
 
+NATIVE_CRASHES = frozenset({signal.SIGSEGV, signal.SIGBUS})
+
+
 class LocalRunner:
     """Runs each snippet in its own sandboxed subprocess on this machine."""
 
@@ -189,11 +192,21 @@ class LocalRunner:
             # (else the first run compiles them in its own copy and the build step compiles them again)
             self.ops.build(CPU_ENGINE_OPS, build_env)
         started = time.time()
-        box = run_sandboxed(
-            # CUDA reserves far more address space than it uses, so RLIMIT_AS is not applied on a GPU
-            prepared.argv, prepared.files, timeout_s=request.timeout_s, memory_mb=None if caps.cuda else request.memory_mb,
-            env=scrub_env(os.environ, extra), keep_cow=self.extensions_dir, isolate=self.isolate,
-        )
+
+        def run_once() -> Any:
+            return run_sandboxed(
+                # CUDA reserves far more address space than it uses, so RLIMIT_AS is not applied on a GPU
+                prepared.argv, prepared.files, timeout_s=request.timeout_s, memory_mb=None if caps.cuda else request.memory_mb,
+                env=scrub_env(os.environ, extra), keep_cow=self.extensions_dir, isolate=self.isolate,
+            )
+
+        box = run_once()
+        if box.signal in NATIVE_CRASHES and not box.timed_out and not box.limits_hit:
+            # a crash in native code (torch, gloo, a compiled op) that a second run does not repeat is the
+            # environment's, not the snippet's: run once more and say so; a crash that repeats stays a crash
+            base.adaptations = [*prepared.adaptations, f"the first run ended by {signal.Signals(box.signal).name} (a crash in native code); run again"]
+            self._drop_stale_locks(started)
+            box = run_once()
         if "ops_cache_copy_on_write" in box.isolation:
             # an op the run had to compile into its own copy is built for real, from deepspeed's sources
             # (`build` does nothing when the cache already holds everything the run wrote)
@@ -217,7 +230,7 @@ class LocalRunner:
                 base.reason = "runs, but deepspeed silently ignores " + "; ".join(prepared.expect_unknown_keys[:3])
             else:
                 base.status = "passed"
-                base.reason = "; ".join(prepared.adaptations)[:400]
+                base.reason = "; ".join(base.adaptations)[:400]
         else:
             base.status, base.reason = "failed", failure_reason(box.stderr, box.stdout)
             if prepared.expect_unknown_keys:
