@@ -68,8 +68,13 @@ class PlanRequest(BaseModel):
     @field_validator("hf_config")
     @classmethod
     def _readable_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A config.json whose sizes the planner can take: present, and within the bounds the same
+        fields have when given directly."""
         if value is not None:
-            hf_shape(value)  # names what is missing
+            shape = hf_shape(value)  # names what is missing
+            for name, top in (("hidden", 65536), ("layers", 1024), ("vocab", 1_000_000), ("params", 1e13)):
+                if shape[name] > top:
+                    raise ValueError(f"its {name} ({shape[name]:.4g}) is above {top:g}")
         return value
 
     @field_validator("params")

@@ -7,6 +7,7 @@ import logging
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,9 +73,16 @@ def test_runner_results_counter_is_exported_and_counts(ops_server: ServerThread)
 
 
 def test_one_access_record_per_request(ops_server: ServerThread, caplog: pytest.LogCaptureFixture) -> None:
+    def asks() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "dsqa.access" and r.fields["route"] == "/ask"]  # type: ignore[attr-defined]
+
     with caplog.at_level(logging.INFO, logger="dsqa.access"):
         httpx.post(ops_server.url + "/ask", json={"question": "pipeline", "k": 1}, timeout=30)
-    records = [r for r in caplog.records if r.name == "dsqa.access" and r.fields["route"] == "/ask"]  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 5  # the server thread writes its record once the reply is sent: it may trail the client
+        while not asks() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)  # and a second record, were there one, would have come by now
+    records = asks()
     assert len(records) == 1
     fields = records[0].fields  # type: ignore[attr-defined]
     assert fields["status"] == 200 and fields["method"] == "POST" and fields["duration_ms"] > 0

@@ -128,6 +128,8 @@ def test_a_models_config_json_gives_its_shape_and_count(tmp_path) -> None:
         PlanRequest(gpus_per_node=8, gpu_mem_gb=40, hf_config={"model_type": "x"})
     with pytest.raises(ValueError, match="params"):
         PlanRequest(gpus_per_node=8, gpu_mem_gb=40)
+    with pytest.raises(ValueError, match="hidden"):  # a config's sizes keep the bounds the fields have
+        PlanRequest(gpus_per_node=8, gpu_mem_gb=40, hf_config={"hidden_size": 10**300, "num_hidden_layers": 2})
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(LLAMA2_7B))
     out = subprocess.run([sys.executable, "-m", "app.cli", "plan", "--hf-config", str(cfg), "--gpus-per-node", "8", "--gpu-mem-gb", "40",
