@@ -171,13 +171,14 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
     """The composed units in the shape of the question's kind (`app/answer_shapes.py`), with the Config
     line of the keys involved; everything within `budget` words."""
     facts = engine.config_facts
-    kind = question_kind(request.question, keys_named(result.query, facts))
+    named = keys_named(result.query, facts)
+    kind = question_kind(request.question, named)
     first = {sid for h in result.hits[:ANSWER_DEPTH] for sid in h.chunk.snippet_ids}
     tail = snippet_line(snippets, first) if kind == "howto" else ERROR_LINE if kind == "error" else ""
     head = ""
     if kind == "version":  # the installed deepspeed's word first, unless the quoted units say it already
         said = answer_text(sources, cands, scores, budget - len(tail.split()))
-        head = status_line(result.query, keys_named(result.query, facts), engine.config_status, said)
+        head = status_line(result.query, named, engine.config_status, said)
     room = budget - len(head.split()) - len(tail.split())
     body = answer_text(sources, cands, scores, room)
     extra = missing_sides(body, cands, scores, sides(result.query)) if kind == "compare" else []
