@@ -80,6 +80,8 @@ class QuerySignals:
     cjk: bool
     query_vector: np.ndarray | None = None  # the encoder's vector of the question (the answer ranks units by it)
     query_terms: int = 1  # distinct BM25 terms of the searched text (raw BM25 grows with them)
+    ask_identifiers: frozenset[str] = frozenset()  # the identifiers of the ask alone
+    unknown_identifiers: frozenset[str] = frozenset()  # the question's identifiers no chunk or heading names
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -107,6 +109,10 @@ class FeatureTable:
         self.trail = _postings(t.trail for t in terms)
         self.span_text = _postings(frozenset().union(*(terms[j].text for j in s)) if len(s) > 1 else terms[i].text
                                    for i, s in enumerate(spans))
+
+    def knows(self, term: str) -> bool:
+        """Whether any chunk's text or heading trail holds the term."""
+        return term in self.text or term in self.trail
 
     def count(self, postings: dict[str, np.ndarray], words: frozenset[str]) -> np.ndarray:
         """How many of `words` each chunk holds (by the given posting lists)."""

@@ -145,15 +145,18 @@ class HybridRetriever:
         vector = self.embedder.embed([query])[0]
         cos = self.matrix @ vector if len(self.matrix) else np.zeros(0, dtype=np.float32)
         bm25 = self._bm25(query)
+        named = frozenset(identifiers(query))
         signals = QuerySignals(
             bm25=bm25,
             bm25_ask=bm25 if ask == query else self._bm25(ask),
             cos=cos,
             ask_terms=frozenset(tokenize(ask)),
-            identifiers=frozenset(identifiers(query)),
+            identifiers=named,
             cjk=has_cjk(question),
             query_vector=vector,
             query_terms=max(len(set(self.bm25_tokens(query))), 1),
+            ask_identifiers=named if ask == query else frozenset(identifiers(ask)),
+            unknown_identifiers=frozenset(t for t in named if not self.feature_table.knows(t)),
         )
         return query, signals
 

@@ -53,6 +53,12 @@ def test_coverage_signals() -> None:
     named = dict(zip(COVERAGE_FEATURES, row, strict=True))
     assert len(row) == len(COVERAGE_FEATURES) and named["ident_found"] == 0.5 and named["top_cover"] == 1.0
     assert named["top_bm25"] == 3.0 and named["top_score"] == 2.5 and named["idents"] == 2
+    assert named["ask_unknown"] == 0.0 and named["ds_unknown"] == 0.0  # nothing said to be unknown
+    unknown = QuerySignals(q.bm25, q.bm25_ask, q.cos, q.ask_terms, frozenset({"overlap_comm", "deepspeed.made_up"}), False,
+                           ask_identifiers=frozenset({"overlap_comm", "deepspeed.made_up"}),
+                           unknown_identifiers=frozenset({"deepspeed.made_up"}))
+    named = dict(zip(COVERAGE_FEATURES, coverage_features(unknown, q.cos, [0, 1], 2.5, terms, [c.text for c in chunks]), strict=True))
+    assert named["ask_unknown"] == 0.5 and named["ds_unknown"] == 1.0
 
 
 def test_learned_models_apply_only_to_their_encoder() -> None:

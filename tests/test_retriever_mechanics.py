@@ -147,3 +147,14 @@ def test_peers_stand_alone() -> None:
         hits = peer.search("save_checkpoint on every rank", 3).hits
         assert hits and hits[0].chunk.id == "c3"
     assert Bm25Retriever(index).search("offload", 5, source="notes").hits[0].chunk.source == "notes"
+
+
+def test_signals_name_the_identifiers_the_index_never_holds() -> None:
+    """A key or `deepspeed.` path no chunk or heading names is marked unknown (the coverage decision
+    reads it: the docs cannot cover what they never name); one the index holds is not."""
+    r = HybridRetriever(_index(CHUNKS), HashEmbedder(), options=RetrievalOptions(section_words=0))
+    _, q = r.signals("We train on 8 GPUs. How do I set offload_optimizer and deepspeed.init_auto_parallel together?")
+    assert "offload_optimizer" in q.ask_identifiers and "deepspeed.init_auto_parallel" in q.ask_identifiers
+    assert q.unknown_identifiers == frozenset({"deepspeed.init_auto_parallel"})
+    _, known = r.signals("Where does tp_size go?")
+    assert known.unknown_identifiers == frozenset()
