@@ -3,7 +3,8 @@
 Signals of one search: the best cosine, the top passage's cosine, ranking score and raw BM25 per
 query term, the best such anywhere, how much of the ask the top passage and the top five cover, whether the
 question's identifiers appear in the top five (a key DeepSpeed never had does not) and in the index at
-all (the ask's share the index never names, and whether a `deepspeed.` path is among them), how far BM25's
+all (the ask's share the index never names, and whether a `deepspeed.` path is among them), whether
+it asks for a date, price, opinion or measured number (what docs never hold), how far BM25's
 and the dense model's top ten agree. A logistic model over them, trained on the `tune` split of our
 answerable questions against the tune half of `eval/unanswerable.jsonl`, with its threshold set so
 that at most 3% of the answerable tune questions are refused (`dsqa eval train-abstention`).
@@ -35,6 +36,7 @@ COVERAGE_FEATURES: tuple[str, ...] = (
     "cjk",
     "ask_unknown",  # share of the ask's identifiers that no chunk or heading of the index names
     "ds_unknown",  # the question names a `deepspeed.` path the index never names
+    "unknowable",  # asks for a date, price, opinion or measured number (`app.query.asks_unknowable`)
 )
 
 
@@ -63,6 +65,7 @@ def coverage_features(q: QuerySignals, candidate_cos: np.ndarray, top: list[int]
         float(q.cjk),
         len(q.ask_identifiers & q.unknown_identifiers) / len(q.ask_identifiers) if q.ask_identifiers else 0.0,
         float(any(t.startswith("deepspeed.") for t in q.unknown_identifiers)),
+        float(q.unknowable),
     ], dtype=np.float64)
 
 

@@ -23,6 +23,23 @@ _ASK_ZH = re.compile(r"[？?]|吗|么|如何|怎样|怎么|什么|为什么|为�
 _ERROR = re.compile(r"\b\w*(error|exception|traceback|assert\w*|warning)\b|^\s*\w+(\.\w+)*:\s", re.IGNORECASE)
 
 
+# what documentation never gives: a date or roadmap, a price or budget, an opinion, a measured number
+_UNKNOWABLE = re.compile(
+    r"\bwhen (was|will|is|did)\b|what date|release date|\broadmap\b|什么时候|哪天|何时|预计.*发"
+    r"|\$\s?\d|\bcost\b|\bprice|per hour|\bbudget|\bcheaper|\brent\b|多少钱|价格|预算|租|划算"
+    r"|would you|\bprefer\b|\bhonestly\b|worth (it|betting|trying)|\brecommend|靠谱|值得|推荐|说实话"
+    r"|how many (samples|tokens)|how much faster|samples/s|tokens/s|\btflops\b|ballpark|快多少|大概多少|多少 ?tflops",
+    re.IGNORECASE,
+)
+
+
+def asks_unknowable(question: str) -> bool:
+    """Whether the question asks for what documentation does not hold: a date or roadmap, a price or
+    budget, an opinion or recommendation, a measured throughput. A signal for the coverage decision,
+    which weighs it with the retrieval signals (an answerable question may match too)."""
+    return bool(_UNKNOWABLE.search(question))
+
+
 @dataclass(frozen=True)
 class QuestionParts:
     ask: str  # the sentences that ask (or quote the error); the whole question when nothing stands out

@@ -82,6 +82,7 @@ class QuerySignals:
     query_terms: int = 1  # distinct BM25 terms of the searched text (raw BM25 grows with them)
     ask_identifiers: frozenset[str] = frozenset()  # the identifiers of the ask alone
     unknown_identifiers: frozenset[str] = frozenset()  # the question's identifiers no chunk or heading names
+    unknowable: bool = False  # asks for a date, price, opinion or measured number (`app.query.asks_unknowable`)
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from app.coverage import coverage_features
 from app.fusion import near_duplicate, rrf_fusion, shingles, weighted_fusion
 from app.glossary import Glossary, has_cjk
 from app.linear_model import LinearModel
-from app.query import identifiers, split_question
+from app.query import asks_unknowable, identifiers, split_question
 from app.ranking import ChunkTerms, FeatureTable, QuerySignals, candidate_features, chunk_terms
 from indexer.documents import Chunk
 from indexer.embedder import Embedder
@@ -157,6 +157,7 @@ class HybridRetriever:
             query_terms=max(len(set(self.bm25_tokens(query))), 1),
             ask_identifiers=named if ask == query else frozenset(identifiers(ask)),
             unknown_identifiers=frozenset(t for t in named if not self.feature_table.knows(t)),
+            unknowable=asks_unknowable(question),
         )
         return query, signals
 

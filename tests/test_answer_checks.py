@@ -56,9 +56,9 @@ def test_coverage_signals() -> None:
     assert named["ask_unknown"] == 0.0 and named["ds_unknown"] == 0.0  # nothing said to be unknown
     unknown = QuerySignals(q.bm25, q.bm25_ask, q.cos, q.ask_terms, frozenset({"overlap_comm", "deepspeed.made_up"}), False,
                            ask_identifiers=frozenset({"overlap_comm", "deepspeed.made_up"}),
-                           unknown_identifiers=frozenset({"deepspeed.made_up"}))
+                           unknown_identifiers=frozenset({"deepspeed.made_up"}), unknowable=True)
     named = dict(zip(COVERAGE_FEATURES, coverage_features(unknown, q.cos, [0, 1], 2.5, terms, [c.text for c in chunks]), strict=True))
-    assert named["ask_unknown"] == 0.5 and named["ds_unknown"] == 1.0
+    assert named["ask_unknown"] == 0.5 and named["ds_unknown"] == 1.0 and named["unknowable"] == 1.0
 
 
 def test_learned_models_apply_only_to_their_encoder() -> None:

@@ -42,15 +42,17 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing: hit@1 0.606, hit@5 0.843, MRR@10 0.711, zh hit@5 0.903 (with the ranker
-    labelled and featured by passage, not chunk; by chunk it was 0.591 / 0.811 / 0.700 / 0.806); the
-    retriever before this split existed scored 0.496 / 0.779 / 0.618 / 0.742 (issue 9's targets, 0.65 /
-    0.92 / 0.75 / 0.90, are not reached yet; these floors keep what was won, two questions of margin)."""
+    """Measured at landing on the 170-question test split (127 before 95 more real-user questions were
+    added, en and zh; the split is by id hash, so 43 of them joined test): hit@1 0.594, hit@5 0.818,
+    MRR@10 0.705, zh hit@5 0.837. On the first 127 alone: 0.591 / 0.827 / 0.707 / 0.871 (0.606 / 0.843 /
+    0.711 / 0.903 with the ranker trained on the 136 tune questions before the set grew to 188). Issue 9's
+    targets, 0.65 / 0.92 / 0.75 / 0.90, are not reached; these floors keep what was won, about two
+    questions of margin."""
     t = scores["shipped"]["test"]
-    assert t["all"]["hit@5"] >= 0.82
-    assert t["all"]["hit@1"] >= 0.58
+    assert t["all"]["hit@5"] >= 0.80
+    assert t["all"]["hit@1"] >= 0.57
     assert t["all"]["mrr@10"] >= 0.69
-    assert t["zh"]["hit@5"] >= 0.84
+    assert t["zh"]["hit@5"] >= 0.79
     assert t["all"]["median_top5_words"] <= 350
 
 
@@ -103,20 +105,19 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at landing, on halves no choice was made on (served int8 query encoder): the answer text
-    holds a gold phrase for 59.8% of the test split (60.6% before the answer shapes by question type, which
-    cost one test question and none on tune; hand-weighted units quoted from other passages only: 46.5%; the
-    sentence picker before that: 44.1%), no cited segment is cut (0 of 621), median 118 words;
-    25.0% of the test half of the unanswerable set refused, 0.8% of the answerable test split refused
-    (threshold at the split-conformal quantile of tune; with the chunk-level ranker before: 35.7% and
-    3.9%; the cosine threshold alone: 11% and 0%)."""
+    """Measured at landing, on halves no choice was made on (served int8 query encoder), 170 answerable
+    and 68 unanswerable test questions: the answer text holds a gold phrase for 58.2% (59.8% on the first
+    127 before the coverage decision learned unknown identifiers and unknowable asks, which refuses more);
+    no cited segment is cut (0 of 810), median 117 words; 44.1% of the unanswerable test half refused,
+    2.9% of the answerable test split refused (threshold at the split-conformal 3% quantile of tune; on the
+    first 28 and 127: 42.9% and 3.9%, where the retrieval signals alone gave 25.0% and 0.8%)."""
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.58
+    assert report["evidence_in_answer"] >= 0.56
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
-    assert report["abstention"] >= 0.21
+    assert report["abstention"] >= 0.40
     assert report["false_abstention"] <= 0.04
 
 

@@ -158,3 +158,19 @@ def test_signals_name_the_identifiers_the_index_never_holds() -> None:
     assert q.unknown_identifiers == frozenset({"deepspeed.init_auto_parallel"})
     _, known = r.signals("Where does tp_size go?")
     assert known.unknown_identifiers == frozenset()
+
+
+@pytest.mark.parametrize(("question", "unknowable"), [
+    ("When will DeepSpeed 1.0 be released?", True),
+    ("How much does an 8x H100 node cost per hour?", True),
+    ("Would you pick Megatron-LM over DeepSpeed for a 30B model?", True),
+    ("How many tokens/s does ZenFlow reach on one 4090?", True),
+    ("0.20.0 预计什么时候发？", True),
+    ("买 4090 还是 L40S 更划算？", True),
+    ("How do I enable ZeRO stage 3 with CPU offload?", False),
+    ("zero_optimization.overlap_comm 有什么用？", False),
+])
+def test_asks_for_what_docs_never_hold(question: str, unknowable: bool) -> None:
+    from app.query import asks_unknowable
+
+    assert asks_unknowable(question) is unknowable
