@@ -17,6 +17,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from app.answer import UNIT_MODEL_FILE  # noqa: E402
 from app.coverage import ABSTENTION_FILE  # noqa: E402
 from app.errors import DsqaError, as_text  # noqa: E402
+from app.query_adapter import ADAPTER_FILE, load_query_adapter  # noqa: E402
 from app.ranking import RANKER_FILE  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
@@ -231,8 +232,25 @@ def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
     engine = load_engine(settings.model_copy(update={"learned_ranking": False}))
     _, retriever = engine.require()
     assert isinstance(retriever, HybridRetriever)
+    adapter = load_query_adapter()  # the ranker reads the adapted cosines when an adapter ships for this encoder
+    if adapter is not None and adapter.encoder == retriever.embedder.name:
+        retriever = retriever.with_options(query_adapter=adapter)
     report = train_ranker(retriever, load_split("tune"), args.out)
     _print_json(report)
+    return 0
+
+
+def cmd_train_adapter(args: argparse.Namespace, settings: Settings) -> int:
+    from app.engine import load_engine
+    from app.retriever import HybridRetriever
+    from eval.adapter_training import train_adapter
+    from eval.question_set import load_split
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    _, retriever = load_engine(settings.model_copy(update={"learned_ranking": False})).require()
+    assert isinstance(retriever, HybridRetriever)
+    _print_json(train_adapter(retriever, load_split("tune"), args.out))
     return 0
 
 
@@ -509,6 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--baseline", action="store_true", help="also score the peers: BM25 alone, dense alone, RRF")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_eval_retrieval)
+    s = ev.add_parser("train-adapter", help="fit the query adapter on the tune split (writes app/query_adapter.npz); then train-ranker")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--out", type=Path, default=ADAPTER_FILE)
+    s.set_defaults(fn=cmd_train_adapter)
     s = ev.add_parser("train-ranker", help="fit the learned re-ranking on the tune split (writes app/ranker.json)")
     s.add_argument("--index", type=Path)
     s.add_argument("--out", type=Path, default=RANKER_FILE)

@@ -23,6 +23,7 @@ from app.fusion import near_duplicate, rrf_fusion, shingles, weighted_fusion
 from app.glossary import Glossary, has_cjk
 from app.linear_model import LinearModel
 from app.query import asks_unknowable, identifiers, split_question
+from app.query_adapter import QueryAdapter
 from app.ranking import ChunkTerms, FeatureTable, QuerySignals, candidate_features, chunk_terms
 from indexer.documents import Chunk
 from indexer.embedder import Embedder
@@ -92,6 +93,7 @@ class RetrievalOptions:
     section_words: int = 350  # grow a passage with its section's neighbouring chunks up to this many words (0: off)
     notes_last: bool = True  # at most one of our notes, never above fifth place (see `select`)
     dedupe: bool = True
+    query_adapter: QueryAdapter | None = None  # the learned query-vector correction (`app/query_adapter.py`)
 
 
 class HybridRetriever:
@@ -143,7 +145,9 @@ class HybridRetriever:
         # one embedding of the whole question: a second one of the ask alone cost ~5 ms a query and
         # moved no metric on the tune split beyond one question either way
         vector = self.embedder.embed([query])[0]
-        cos = self.matrix @ vector if len(self.matrix) else np.zeros(0, dtype=np.float32)
+        adapter = self.options.query_adapter
+        searched = adapter.apply(vector) if adapter is not None and adapter.dimension == len(vector) else vector
+        cos = self.matrix @ searched if len(self.matrix) else np.zeros(0, dtype=np.float32)
         bm25 = self._bm25(query)
         named = frozenset(identifiers(query))
         signals = QuerySignals(
@@ -153,7 +157,7 @@ class HybridRetriever:
             ask_terms=frozenset(tokenize(ask)),
             identifiers=named,
             cjk=has_cjk(question),
-            query_vector=vector,
+            query_vector=vector,  # the base vector: the answer's units are scored with it
             query_terms=max(len(set(self.bm25_tokens(query))), 1),
             ask_identifiers=named if ask == query else frozenset(identifiers(ask)),
             unknown_identifiers=frozenset(t for t in named if not self.feature_table.knows(t)),

@@ -22,10 +22,11 @@ from eval.metrics import Question
 from eval.question_set import split_of
 
 
-def coverage_rows(retriever: HybridRetriever, questions: list[str]) -> np.ndarray:
-    plain = retriever.with_options(abstention=None)
+def coverage_rows(retriever: HybridRetriever, questions: list[str], own: list[HybridRetriever] | None = None) -> np.ndarray:
+    """`own`: per question, the retriever to search with (the cross-fitted query adapters)."""
     rows = []
-    for text in questions:
+    for n, text in enumerate(questions):
+        plain = (own[n] if own is not None else retriever).with_options(abstention=None)
         _, q = plain.signals(text)
         ids = plain.candidates(q)
         top = plain.select(ids, plain.score(ids, q), COVERAGE_DEPTH)
@@ -39,7 +40,15 @@ def train_abstention(retriever: HybridRetriever, answerable: list[Question], una
 
     if any(split_of(q.id) != "tune" for q in answerable) or any(split_of(u.id) != "tune" for u in unanswerable):
         raise ValueError("the coverage decision is trained on tune questions only")
-    pos = coverage_rows(retriever, [q.question for q in answerable])
+    # with a query adapter, an answerable tune question is searched through one fitted without it (an
+    # adapter's cosines are higher on the questions it was fitted on than on any new question)
+    own = None
+    if retriever.options.query_adapter is not None:
+        from eval.adapter_training import crossfit
+
+        by_id = crossfit(retriever, answerable)
+        own = [by_id[q.id] for q in answerable]
+    pos = coverage_rows(retriever, [q.question for q in answerable], own)
     neg = coverage_rows(retriever, [u.question for u in unanswerable])
     x = np.vstack([pos, neg])
     y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]

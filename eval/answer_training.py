@@ -32,8 +32,7 @@ from app.linear_model import LinearModel
 from app.query import split_question
 from app.retriever import HybridRetriever
 from eval.metrics import Question, normalise
-from eval.question_set import split_of
-from eval.ranker_training import hash_fold
+from eval.question_set import hash_fold, split_of
 
 C_GRID = (0.01, 0.1, 1.0)
 FOLDS = 5
@@ -51,9 +50,14 @@ class QuestionUnits:
 
 def question_units(engine: Engine, questions: list[Question]) -> list[QuestionUnits]:
     index, retriever = engine.require()
+    own: dict[str, Any] = {}
+    if isinstance(retriever, HybridRetriever) and retriever.options.query_adapter is not None:
+        from eval.adapter_training import crossfit
+
+        own = crossfit(retriever, questions)  # passages as a question the adapter never saw gets them
     out: list[QuestionUnits] = []
     for q in questions:
-        result = retriever.search(q.question, 5)
+        result = own.get(q.id, retriever).search(q.question, 5)
         sources, sims = answer_sources(index, result)
         cands = candidates(sources)
         if not cands or sims is None or len(sims) != len(cands):

@@ -24,6 +24,11 @@ def split_of(question_id: str) -> Split:
     return "tune" if value % 2 == 0 else "test"
 
 
+def hash_fold(question_id: str, folds: int) -> int:
+    """A tune question's cross-validation fold, by its own hash (independent of the tune/test split)."""
+    return int(hashlib.sha256(f"fold:{question_id}".encode()).hexdigest()[:8], 16) % folds
+
+
 def question_files(directory: Path = QUESTIONS_DIR) -> list[Path]:
     return sorted(directory.glob("*.jsonl"))
 

@@ -9,7 +9,6 @@ The `test` split is never read here.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from app.linear_model import LinearModel
 from app.ranking import FEATURES, RANKER_FILE, candidate_features
 from app.retriever import HybridRetriever
 from eval.metrics import Question, normalise
-from eval.question_set import split_of
+from eval.question_set import hash_fold, split_of
 
 C_GRID = (0.01, 0.1, 1.0)
 HARD_NEGATIVES = 100
@@ -33,12 +32,16 @@ class QuestionRows:
     labels: np.ndarray  # 1 where the candidate holds a gold evidence phrase
 
 
-def question_rows(retriever: HybridRetriever, questions: list[Question]) -> list[QuestionRows]:
+def question_rows(retriever: HybridRetriever, questions: list[Question],
+                  per_question: dict[str, HybridRetriever] | None = None) -> list[QuestionRows]:
+    """`per_question`: question id -> the retriever to take its signals from (the cross-fitted query
+    adapters, `eval/adapter_training.py`); else `retriever` for all."""
     scorer = retriever.with_options(ranker=None)
     norm_text = [normalise(c.text) for c in retriever.index.chunks]
     out: list[QuestionRows] = []
     for q in questions:
-        _, signals = scorer.signals(q.question)
+        own = per_question[q.id].with_options(ranker=None) if per_question and q.id in per_question else scorer
+        _, signals = own.signals(q.question)
         # our notes are in our own words, so the evidence rule can never mark one relevant: they carry
         # no label and are left out of training (at query time they are scored like any passage)
         ids = scorer.candidates(signals)
@@ -102,20 +105,23 @@ def choose_c(data: list[QuestionRows], folds: int = 5) -> tuple[float, dict[floa
     return max(results, key=lambda c: (results[c], -c)), results
 
 
-def hash_fold(question_id: str, folds: int) -> int:
-    return int(hashlib.sha256(f"fold:{question_id}".encode()).hexdigest()[:8], 16) % folds
-
-
 def train_ranker(retriever: HybridRetriever, tune: list[Question], out: Path = RANKER_FILE) -> dict[str, Any]:
+    """With a query adapter on the retriever, the ranker will read the adapted cosines, so each tune
+    question's rows come through an adapter fitted without that question's fold
+    (`eval.adapter_training.crossfit`): never the cosines of an adapter that saw the question."""
+    from eval.adapter_training import crossfit
+
+    adapted = retriever.options.query_adapter is not None
     if any(split_of(q.id) != "tune" for q in tune):
         raise ValueError("the ranker is trained on tune questions only")
-    data = question_rows(retriever, tune)
+    data = question_rows(retriever, tune, crossfit(retriever, tune) if adapted else None)
     c, cv = choose_c(data)
     ranker = fit([d for d in data if d.labels.any()], c, trained_on=f"tune split, {len(tune)} questions, C={c}",
                  encoder=retriever.embedder.name)
     ranker.save(out)
     return {
         "questions": len(tune),
+        "query_adapter": "cross-fitted" if adapted else "none",
         "with_relevant_candidate": sum(1 for d in data if d.labels.any()),
         "C": c,
         "cv_mrr@10": {str(k): round(v, 4) for k, v in cv.items()},

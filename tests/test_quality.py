@@ -13,11 +13,13 @@ from app.answer_shapes import ERROR_LINE
 from app.ask import ask
 from app.coverage import load_abstention
 from app.engine import load_engine
+from app.query_adapter import load_query_adapter
 from app.ranking import load_ranker
 from app.retriever import HybridRetriever
 from app.schemas import AskRequest
 from app.settings import Settings
 from eval.abstention_training import train_abstention
+from eval.adapter_training import train_adapter
 from eval.answer_quality import answer_report, load_unanswerable
 from eval.answer_training import train_answer_units
 from eval.question_set import QUESTIONS_DIR, load_split, split_of
@@ -43,21 +45,23 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
     """Measured at landing on the 170-question test split (127 before 95 more real-user questions were
-    added, en and zh; the split is by id hash, so 43 of them joined test): hit@1 0.594, hit@5 0.818,
-    MRR@10 0.705, zh hit@5 0.837. On the first 127 alone: 0.591 / 0.827 / 0.707 / 0.871 (0.606 / 0.843 /
-    0.711 / 0.903 with the ranker trained on the 136 tune questions before the set grew to 188). Issue 9's
-    targets, 0.65 / 0.92 / 0.75 / 0.90, are not reached; these floors keep what was won, about two
-    questions of margin."""
+    added, en and zh; the split is by id hash, so 43 of them joined test): hit@1 0.629, hit@5 0.865,
+    MRR@10 0.730, zh hit@5 0.837, with the query adapter (`app/query_adapter.py`); without it 0.594 /
+    0.818 / 0.705 / 0.837. Issue 9's targets, 0.65 / 0.92 / 0.75 / 0.90, are not reached; these floors
+    keep what was won, about two questions of margin."""
     t = scores["shipped"]["test"]
-    assert t["all"]["hit@5"] >= 0.80
-    assert t["all"]["hit@1"] >= 0.57
-    assert t["all"]["mrr@10"] >= 0.69
+    assert t["all"]["hit@5"] >= 0.85
+    assert t["all"]["hit@1"] >= 0.61
+    assert t["all"]["mrr@10"] >= 0.71
     assert t["zh"]["hit@5"] >= 0.79
     assert t["all"]["median_top5_words"] <= 350
 
 
 def test_tune_and_test_agree(scores: dict[str, dict]) -> None:
+    """`tune` is cross-fitted (each question through a query adapter fitted without its fold); the
+    in-sample `tune-in` (0.968 at landing) only shows how much the adapter memorises."""
     s = scores["shipped"]
+    assert s["tune-in"]["all"]["hit@5"] >= s["tune"]["all"]["hit@5"]
     assert s["tune"]["all"]["hit@5"] - s["test"]["all"]["hit@5"] <= 0.03
 
 
@@ -87,6 +91,18 @@ def test_shipped_ranker_is_the_one_tune_gives(engine, tmp_path: Path) -> None:
     assert np.allclose(fresh.weights, shipped.weights, atol=0.05), (fresh.weights, shipped.weights)
 
 
+def test_shipped_query_adapter_is_the_one_tune_gives(engine, tmp_path: Path) -> None:
+    """Refitted here from the tune split alone, the adapter matches app/query_adapter.npz (to 5% of its
+    size: it is stored in float16), and on held-out tune folds it ranks the dense side better."""
+    retriever = engine.retriever
+    assert isinstance(retriever, HybridRetriever) and retriever.options.query_adapter is not None
+    report = train_adapter(retriever, load_split("tune"), tmp_path / "adapter.npz")
+    fresh, shipped = load_query_adapter(tmp_path / "adapter.npz"), load_query_adapter()
+    assert fresh is not None and shipped is not None and fresh.encoder == shipped.encoder
+    assert np.linalg.norm(fresh.delta - shipped.delta) <= 0.05 * np.linalg.norm(shipped.delta)
+    assert report["cv_dense_mrr@10"]["adapted"] > report["cv_dense_mrr@10"]["base"] + 0.05
+
+
 def test_every_abbreviation_is_part_of_deepspeed_names(engine) -> None:
     """The abbreviation table describes DeepSpeed's own names (config keys, API, flags)."""
     parts: set[str] = set()
@@ -106,19 +122,20 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 def test_answers_on_held_out_questions(engine) -> None:
     """Measured at landing, on halves no choice was made on (served int8 query encoder), 170 answerable
-    and 68 unanswerable test questions: the answer text holds a gold phrase for 58.2% (59.8% on the first
-    127 before the coverage decision learned unknown identifiers and unknowable asks, which refuses more);
-    no cited segment is cut (0 of 810), median 117 words; 44.1% of the unanswerable test half refused,
-    2.9% of the answerable test split refused (threshold at the split-conformal 3% quantile of tune; on the
-    first 28 and 127: 42.9% and 3.9%, where the retrieval signals alone gave 25.0% and 0.8%)."""
+    and 68 unanswerable test questions: the answer text holds a gold phrase for 62.9% (58.2% before the
+    query adapter; 59.8% on the first 127 at the start of that stop); no cited segment is cut (0 of 826),
+    median 117 words; 48.5% of the unanswerable test half refused, 2.9% of the answerable test split
+    refused (threshold at the split-conformal 3% quantile of tune, tune's answerable questions searched
+    through cross-fitted adapters; before the adapter 44.1% and 2.9%; the retrieval signals alone, before
+    unknown identifiers and unknowable asks, on the first 28 and 127: 25.0% and 0.8%)."""
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.56
+    assert report["evidence_in_answer"] >= 0.61
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
-    assert report["abstention"] >= 0.40
-    assert report["false_abstention"] <= 0.04
+    assert report["abstention"] >= 0.45
+    assert report["false_abstention"] <= 0.045
 
 
 def test_each_question_kind_gets_its_answer_shape(engine) -> None:

@@ -174,3 +174,59 @@ def test_asks_for_what_docs_never_hold(question: str, unknowable: bool) -> None:
     from app.query import asks_unknowable
 
     assert asks_unknowable(question) is unknowable
+
+
+def test_query_adapter_moves_only_the_query_and_round_trips(tmp_path: Path) -> None:
+    from app.query_adapter import QueryAdapter, load_query_adapter
+
+    index = _index(CHUNKS)
+    dim = HashEmbedder().dimension
+    rng = np.random.default_rng(0)
+    adapter = QueryAdapter((rng.standard_normal((dim, dim)) * 0.05).astype(np.float32), "hash-64", "test")
+    moved = adapter.apply(np.ones((2, dim), dtype=np.float32))
+    assert np.allclose(np.linalg.norm(moved, axis=1), 1.0, atol=1e-5)
+    plain = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0))
+    adapted = plain.with_options(query_adapter=adapter)
+    _, base = plain.signals("offload the optimizer to cpu")
+    _, q = adapted.signals("offload the optimizer to cpu")
+    assert base.query_vector is not None and q.query_vector is not None
+    assert np.allclose(q.query_vector, base.query_vector)  # the answer's units keep the base vector
+    assert np.allclose(q.cos, plain.matrix @ adapter.apply(base.query_vector), atol=1e-5)
+    assert not np.allclose(q.cos, base.cos)
+    assert np.array_equal(q.bm25, base.bm25)
+    path = adapter.save(tmp_path / "a.npz")
+    loaded = load_query_adapter(path)
+    assert loaded is not None and loaded.encoder == "hash-64" and loaded.trained_on == "test"
+    assert np.allclose(loaded.delta, adapter.delta, atol=1e-3)  # stored as float16
+    assert load_query_adapter(tmp_path / "missing.npz") is None
+    np.savez(tmp_path / "bad.npz", delta=np.ones((2, 3)), encoder=np.array("x"), trained_on=np.array(""))
+    with pytest.raises(ValueError, match="square"):
+        load_query_adapter(tmp_path / "bad.npz")
+    wrong = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(
+        section_words=0, query_adapter=QueryAdapter(np.zeros((8, 8), dtype=np.float32), "other")))
+    assert np.allclose(wrong.signals("offload")[1].cos, plain.signals("offload")[1].cos)  # another size: not applied
+
+
+def test_adapter_fit_moves_questions_toward_their_passages() -> None:
+    """The fit on synthetic vectors: each question sits nearer a wrong chunk than its own, and after
+    fitting on the others, its own passage ranks first more often than before."""
+    from eval.adapter_training import fit_delta
+
+    rng = np.random.default_rng(1)
+    dim, n_chunks = 16, 40
+    matrix = rng.standard_normal((n_chunks, dim)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    shift = rng.standard_normal(dim).astype(np.float32)  # the users' wording, the same for every question
+    gold = rng.integers(0, n_chunks, 60)
+    vectors = matrix[gold] + 1.5 * shift / np.linalg.norm(shift) + 0.1 * rng.standard_normal((60, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    pos = [[int(g)] for g in gold]
+    delta = fit_delta(vectors[:40], pos[:40], matrix, lam=0.01)
+
+    def first(vs: np.ndarray) -> int:
+        return sum(int(np.argmax(matrix @ v) == g) for v, g in zip(vs, gold[40:], strict=True))
+
+    from app.query_adapter import QueryAdapter
+
+    before, after = first(vectors[40:]), first(QueryAdapter(delta, "x").apply(vectors[40:]))
+    assert after > before + 5, (before, after)
