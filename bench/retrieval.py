@@ -5,7 +5,8 @@ tune and test splits of our question set and on the dev set, as ratios to BM25 a
 
 Peers: BM25 alone on our chunks, the base dense model alone, RRF of the two. Ablations: the shipped
 retriever with one method taken out; where the method changes the ranker's inputs, the ranker is
-retrained on `tune` without it (the `test` split is only scored). Also the query latency ratio.
+retrained on `tune` without it (the `test` split is only scored). `tune` is cross-fitted through the
+query adapter where one is used, `tune-in` in-sample (see `eval/retrieval_eval.py`). Also the query latency ratio.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def ablations(shipped: HybridRetriever, tune: list) -> dict[str, Retriever]:  # 
     plain = _without_expansion(index)
     return {
         "-ranker": shipped.with_options(ranker=None),
+        "-adapter": retrained("noadapter", index, replace(o, query_adapter=None)),
         "-ask_split": retrained("noask", index, replace(o, split_ask=False)),
         "-abbrev": retrained("noabbrev", plain, o, _plain_tokens),
         "-sections": shipped.with_options(section_words=0),
@@ -96,13 +98,13 @@ def main() -> None:
         retrievers.update(ablations(shipped, sets["tune"]))
     results = score_sets(retrievers, index, sets)
     base = results["bm25"]
-    print(f"{'retriever':>11} {'set':>5} " + " ".join(f"{m:>14}" for m in METRICS) + f" {'zh hit@5':>9} {'words':>6}")
+    print(f"{'retriever':>11} {'set':>7} " + " ".join(f"{m:>14}" for m in METRICS) + f" {'zh hit@5':>9} {'words':>6}")
     for name, by_set in results.items():
         for set_name, summary in by_set.items():
-            a, b = summary["all"], base[set_name]["all"]
+            a, b = summary["all"], base[set_name if set_name in base else "tune"]["all"]
             cells = " ".join(f"{a[m]:.3f} ({a[m] / b[m] if b[m] else float('inf'):.2f}x)" for m in METRICS)
             zh = summary.get("zh", {}).get("hit@5")
-            print(f"{name:>11} {set_name:>5} {cells} {zh if zh is None else f'{zh:.3f}':>9} {a['median_top5_words']:>6}")
+            print(f"{name:>11} {set_name:>7} {cells} {zh if zh is None else f'{zh:.3f}':>9} {a['median_top5_words']:>6}")
     every = [q for qs in sets.values() for q in qs]
     ms = {name: latency_ms(retrievers[name], index, every) for name in ("bm25", "dense", "shipped")}
     print(f"median query latency: shipped {ms['shipped']:.1f} ms, dense {ms['dense']:.1f} ms, bm25 {ms['bm25']:.1f} ms; "
