@@ -5,8 +5,9 @@ The base MiniLM was trained on web pairs; DeepSpeed users ask in symptoms ("hang
 steps", "the saved model is 900 KB") while the docs answer in mechanisms. A linear map fitted on the
 `tune` split (`eval/adapter_training.py`, `dsqa eval train-adapter`) learns that shift: the adapted
 query is `normalise(q + q @ delta)`, with `delta` kept small by an L2 penalty so that an unseen
-question stays close to its base vector. Only the query side changes: the stored passage vectors,
-the units the answer quotes and the dense peer all keep the base encoder. Pure numpy at query time
+question stays close to its base vector. Only the query side changes: the stored passage and unit
+vectors and the dense peer keep the base encoder; the adapted vector is searched with and scores the
+units the answer quotes. Pure numpy at query time
 (one 384 x 384 product, ~0.05 ms). Shipped in `app/query_adapter.npz`, for the encoder it was
 trained with only.
 """

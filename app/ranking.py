@@ -78,7 +78,7 @@ class QuerySignals:
     ask_terms: frozenset[str]
     identifiers: frozenset[str]
     cjk: bool
-    query_vector: np.ndarray | None = None  # the encoder's vector of the question (the answer ranks units by it)
+    query_vector: np.ndarray | None = None  # the searched vector of the question (adapted; the answer ranks units by it)
     query_terms: int = 1  # distinct BM25 terms of the searched text (raw BM25 grows with them)
     ask_identifiers: frozenset[str] = frozenset()  # the identifiers of the ask alone
     unknown_identifiers: frozenset[str] = frozenset()  # the question's identifiers no chunk or heading names

@@ -157,7 +157,7 @@ class HybridRetriever:
             ask_terms=frozenset(tokenize(ask)),
             identifiers=named,
             cjk=has_cjk(question),
-            query_vector=vector,  # the base vector: the answer's units are scored with it
+            query_vector=searched,  # the answer's units are scored with it too (tune CV evidence 0.585 -> 0.622 over the base vector)
             query_terms=max(len(set(self.bm25_tokens(query))), 1),
             ask_identifiers=named if ask == query else frozenset(identifiers(ask)),
             unknown_identifiers=frozenset(t for t in named if not self.feature_table.knows(t)),
