@@ -22,7 +22,7 @@ import numpy as np
 from app.query_adapter import ADAPTER_FILE, QueryAdapter
 from app.retriever import HybridRetriever
 from eval.metrics import Question, normalise
-from eval.question_set import hash_fold, split_of
+from eval.question_set import hash_fold, load_training_questions, split_of
 
 LAMBDA = 0.1
 TEMPERATURE = 0.03
@@ -98,10 +98,13 @@ def _dense_scores(vectors: np.ndarray, pos: list[list[int]], matrix: np.ndarray)
     return hits / max(n, 1), rr / max(n, 1)
 
 
-def fold_adapters(retriever: HybridRetriever, tune: list[Question]) -> dict[int, QueryAdapter]:
-    """Fold number -> the adapter fitted on the tune questions outside that fold."""
-    vectors, pos = base_vectors(retriever, tune), positives(retriever, tune)
-    folds = [hash_fold(q.id, FOLDS) for q in tune]
+def fold_adapters(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None) -> dict[int, QueryAdapter]:
+    """Fold number -> the adapter fitted on the tune questions outside that fold (and every training-only
+    question: `extra`, by default `eval/training/`)."""
+    extra = load_training_questions() if extra is None else extra
+    both = tune + extra
+    vectors, pos = base_vectors(retriever, both), positives(retriever, both)
+    folds = [hash_fold(q.id, FOLDS) for q in tune] + [-1] * len(extra)
     out = {}
     for f in range(FOLDS):
         inside = [i for i, k in enumerate(folds) if k != f]
@@ -110,17 +113,22 @@ def fold_adapters(retriever: HybridRetriever, tune: list[Question]) -> dict[int,
     return out
 
 
-def crossfit(retriever: HybridRetriever, tune: list[Question]) -> dict[str, HybridRetriever]:
+def crossfit(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None) -> dict[str, HybridRetriever]:
     """Tune question id -> the retriever whose adapter never saw the question."""
-    by_fold = {f: retriever.with_options(query_adapter=a) for f, a in fold_adapters(retriever, tune).items()}
+    by_fold = {f: retriever.with_options(query_adapter=a) for f, a in fold_adapters(retriever, tune, extra).items()}
     return {q.id: by_fold[hash_fold(q.id, FOLDS)] for q in tune}
 
 
-def train_adapter(retriever: HybridRetriever, tune: list[Question], out: Path = ADAPTER_FILE) -> dict[str, Any]:
+def train_adapter(retriever: HybridRetriever, tune: list[Question], out: Path = ADAPTER_FILE,
+                  extra: list[Question] | None = None) -> dict[str, Any]:
+    """Fitted on tune and the training-only questions (`extra`, by default `eval/training/`); the
+    report's cross-validation holds out tune folds only."""
     if any(split_of(q.id) != "tune" for q in tune):
         raise ValueError("the query adapter is trained on tune questions only")
-    vectors, pos = base_vectors(retriever, tune), positives(retriever, tune)
-    folds = np.array([hash_fold(q.id, FOLDS) for q in tune])
+    extra = load_training_questions() if extra is None else extra
+    both = tune + extra
+    vectors, pos = base_vectors(retriever, both), positives(retriever, both)
+    folds = np.array([hash_fold(q.id, FOLDS) for q in tune] + [-1] * len(extra))
     held_base, held_adapted = np.zeros((FOLDS, 2)), np.zeros((FOLDS, 2))
     for f in range(FOLDS):
         inside, held = np.flatnonzero(folds != f), np.flatnonzero(folds == f)
@@ -129,10 +137,11 @@ def train_adapter(retriever: HybridRetriever, tune: list[Question], out: Path = 
         held_base[f] = _dense_scores(vectors[held], [pos[i] for i in held], retriever.matrix)
         held_adapted[f] = _dense_scores(adapter.apply(vectors[held]), [pos[i] for i in held], retriever.matrix)
     adapter = QueryAdapter(fit_delta(vectors, pos, retriever.matrix), retriever.embedder.name,
-                           f"tune split, {len(tune)} questions, lambda={LAMBDA}")
+                           f"tune split, {len(tune)} questions, {len(extra)} training-only, lambda={LAMBDA}")
     adapter.save(out)
     return {
         "questions": len(tune),
+        "training_only": len(extra),
         "with_positive": sum(1 for p in pos if p),
         "cv_dense_hit@5": {"base": round(float(held_base[:, 0].mean()), 4), "adapted": round(float(held_adapted[:, 0].mean()), 4)},
         "cv_dense_mrr@10": {"base": round(float(held_base[:, 1].mean()), 4), "adapted": round(float(held_adapted[:, 1].mean()), 4)},

@@ -14,6 +14,9 @@ from typing import Literal
 from eval.metrics import Question, load_questions
 
 QUESTIONS_DIR = Path(__file__).resolve().parent / "questions"
+# training-only questions (written from doc sections, in users' words): the query adapter learns from
+# them beside tune; never scored, never split
+TRAINING_DIR = Path(__file__).resolve().parent / "training"
 Split = Literal["tune", "test"]
 SPLITS: tuple[Split, ...] = ("tune", "test")
 
@@ -43,6 +46,16 @@ def load_question_set(directory: Path = QUESTIONS_DIR) -> list[Question]:
                 raise ValueError(f"{file}: question id {q.id!r} appears twice in {directory}")
             seen.add(q.id)
             questions.append(q)
+    return questions
+
+
+def load_training_questions(directory: Path = TRAINING_DIR) -> list[Question]:
+    """The training-only questions; their ids must not be evaluation ids."""
+    questions = load_question_set(directory) if directory.is_dir() else []
+    scored = {q.id for q in load_question_set()} if QUESTIONS_DIR.is_dir() else set()
+    clash = [q.id for q in questions if q.id in scored]
+    if clash:
+        raise ValueError(f"training question ids that are also evaluation ids: {clash[:5]}")
     return questions
 
 

@@ -11,13 +11,21 @@ from pathlib import Path
 import pytest
 
 from eval.metrics import normalise
-from eval.question_set import QUESTIONS_DIR, load_question_set, load_split, question_files, split_of
+from eval.question_set import (
+    QUESTIONS_DIR,
+    TRAINING_DIR,
+    load_question_set,
+    load_split,
+    load_training_questions,
+    question_files,
+    split_of,
+)
 from indexer.build import chunk_all
 from indexer.docs_source import read_docs_dir
 
 
-def _rows() -> list[dict]:
-    return [json.loads(line) for f in question_files() for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+def _rows(directory: Path = QUESTIONS_DIR) -> list[dict]:
+    return [json.loads(line) for f in question_files(directory) for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def test_make_up_of_the_set() -> None:
@@ -59,14 +67,16 @@ def test_duplicate_ids_across_files_are_refused(tmp_path: Path) -> None:
         load_question_set(tmp_path)
 
 
-def test_every_gold_phrase_is_verbatim_in_its_file_and_in_a_passage(real_docs: Path) -> None:
+@pytest.mark.parametrize("directory", [QUESTIONS_DIR, TRAINING_DIR], ids=["evaluation", "training-only"])
+def test_every_gold_phrase_is_verbatim_in_its_file_and_in_a_passage(real_docs: Path, directory: Path) -> None:
     """Verbatim in the named file (under the scoring rule's normalisation), and inside one passage of
-    the parsed, chunked docs: a phrase no passage can hold would be a question nobody can hit."""
+    the parsed, chunked docs: a phrase no passage can hold would be a question nobody can hit (or, for
+    the training-only questions, a pair the adapter cannot learn from)."""
     chunks, _ = chunk_all(read_docs_dir(real_docs))
     passages = [normalise(c.text) for c in chunks]
     files: dict[str, str] = {}
     problems = []
-    for r in _rows():
+    for r in _rows(directory):
         for g in r["gold"]:
             path = real_docs / g["path"]
             assert path.is_file(), f"{r['id']}: no file {g['path']}"
@@ -82,6 +92,13 @@ def test_every_gold_phrase_is_verbatim_in_its_file_and_in_a_passage(real_docs: P
             elif not any(phrase in p for p in passages):
                 problems.append(f"{r['id']}: in no passage: {g['evidence']!r}")
     assert not problems, "\n".join(problems)
+
+
+def test_training_only_questions_are_never_scored() -> None:
+    """Their ids are outside the evaluation set (so no split holds them) and each names its source page."""
+    training = load_training_questions()
+    assert {q.id for q in training}.isdisjoint({q.id for q in load_question_set()})
+    assert all(r["origin"].startswith("synthetic: docs/") or r["origin"].startswith("synthetic: blogs/") for r in _rows(TRAINING_DIR))
 
 
 def test_questions_dir_holds_only_question_files() -> None:
