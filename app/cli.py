@@ -17,7 +17,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from app.answer import UNIT_MODEL_FILE  # noqa: E402
 from app.coverage import ABSTENTION_FILE  # noqa: E402
 from app.errors import DsqaError, as_text  # noqa: E402
-from app.query_adapter import ADAPTER_FILE, load_query_adapter  # noqa: E402
+from app.query_adapter import ADAPTER_FILE  # noqa: E402
 from app.ranking import RANKER_FILE  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
@@ -222,7 +222,7 @@ def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine import load_engine
+    from app.engine import load_engine, query_adapter_for
     from app.retriever import HybridRetriever
     from eval.question_set import load_split
     from eval.ranker_training import train_ranker
@@ -232,8 +232,8 @@ def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
     engine = load_engine(settings.model_copy(update={"learned_ranking": False}))
     _, retriever = engine.require()
     assert isinstance(retriever, HybridRetriever)
-    adapter = load_query_adapter()  # the ranker reads the adapted cosines when an adapter ships for this encoder
-    if adapter is not None and adapter.encoder == retriever.embedder.name:
+    adapter = query_adapter_for(retriever.embedder.name)  # the ranker reads the adapted cosines when one ships
+    if adapter is not None:
         retriever = retriever.with_options(query_adapter=adapter)
     report = train_ranker(retriever, load_split("tune"), args.out)
     _print_json(report)

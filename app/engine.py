@@ -21,7 +21,7 @@ from app.errors import IndexNotReady
 from app.glossary import Glossary
 from app.linear_model import LinearModel
 from app.llm_client import LlmClient
-from app.query_adapter import load_query_adapter
+from app.query_adapter import QueryAdapter, load_query_adapter
 from app.ranking import load_ranker
 from app.retriever import HybridRetriever, RetrievalOptions, Retriever
 from app.settings import Settings
@@ -92,10 +92,7 @@ def retrieval_options(settings: Settings, encoder: str) -> RetrievalOptions:
     # the coverage decision reads the ranker's scores: it applies only together with the ranker
     abstention = _for_encoder("coverage decision", load_abstention() if settings.learned_abstention else None, encoder)
     # the ranker was trained on the adapted cosines: the adapter applies only together with it
-    adapter = load_query_adapter() if settings.learned_ranking and ranker is not None else None
-    if adapter is not None and adapter.encoder != encoder:
-        log.warning("the query adapter was trained with %s, not %s: not used", adapter.encoder or "?", encoder)
-        adapter = None
+    adapter = query_adapter_for(encoder) if ranker is not None else None
     return RetrievalOptions(
         bm25_share=share,
         depth=settings.candidate_depth,
@@ -104,6 +101,15 @@ def retrieval_options(settings: Settings, encoder: str) -> RetrievalOptions:
         section_words=settings.passage_words,
         query_adapter=adapter,
     )
+
+
+def query_adapter_for(encoder: str) -> QueryAdapter | None:
+    """The shipped query adapter when it was fitted on this encoder's vectors, else None."""
+    adapter = load_query_adapter()
+    if adapter is not None and adapter.encoder != encoder:
+        log.warning("the query adapter was trained with %s, not %s: not used", adapter.encoder or "?", encoder)
+        return None
+    return adapter
 
 
 def _for_encoder(name: str, model: LinearModel | None, encoder: str) -> LinearModel | None:

@@ -120,8 +120,9 @@ class HybridRetriever:
         shingles (training and the bench score variants without loading anything again)."""
         other = copy.copy(self)
         other.options = replace(self.options, **changes)  # type: ignore[arg-type]
-        other._spans = {}  # spans depend on `section_words`
-        other.__dict__.pop("feature_table", None)  # and so do the passages' posting lists
+        if other.options.section_words != self.options.section_words:
+            other._spans = {}  # spans depend on `section_words`
+            other.__dict__.pop("feature_table", None)  # and so do the passages' posting lists
         return other
 
     @cached_property

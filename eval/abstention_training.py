@@ -24,9 +24,10 @@ from eval.question_set import split_of
 
 def coverage_rows(retriever: HybridRetriever, questions: list[str], own: list[HybridRetriever] | None = None) -> np.ndarray:
     """`own`: per question, the retriever to search with (the cross-fitted query adapters)."""
+    searchers = own if own is not None else [retriever] * len(questions)
     rows = []
-    for n, text in enumerate(questions):
-        plain = (own[n] if own is not None else retriever).with_options(abstention=None)
+    for text, searcher in zip(questions, searchers, strict=True):
+        plain = searcher.with_options(abstention=None)
         _, q = plain.signals(text)
         ids = plain.candidates(q)
         top = plain.select(ids, plain.score(ids, q), COVERAGE_DEPTH)

@@ -14,6 +14,7 @@ temperature 0.03, lambda 0.03 / 0.1 / 0.3: 0.7443 / 0.7433 / 0.7441 (differences
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,19 +99,36 @@ def _dense_scores(vectors: np.ndarray, pos: list[list[int]], matrix: np.ndarray)
     return hits / max(n, 1), rr / max(n, 1)
 
 
-def fold_adapters(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None) -> dict[int, QueryAdapter]:
-    """Fold number -> the adapter fitted on the tune questions outside that fold (and every training-only
-    question: `extra`, by default `eval/training/`)."""
+@dataclass(frozen=True)
+class FoldFits:
+    """The base vectors and positives of tune and the training-only questions, each one's fold (-1 for
+    the training-only ones, which every fold keeps), and per fold the delta fitted without that fold's
+    tune questions."""
+
+    vectors: np.ndarray
+    pos: list[list[int]]
+    folds: np.ndarray
+    deltas: dict[int, np.ndarray]
+
+
+def fold_fits(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None) -> FoldFits:
+    """`extra`: the training-only questions, by default `eval/training/`."""
     extra = load_training_questions() if extra is None else extra
     both = tune + extra
     vectors, pos = base_vectors(retriever, both), positives(retriever, both)
-    folds = [hash_fold(q.id, FOLDS) for q in tune] + [-1] * len(extra)
-    out = {}
+    folds = np.array([hash_fold(q.id, FOLDS) for q in tune] + [-1] * len(extra))
+    deltas = {}
     for f in range(FOLDS):
-        inside = [i for i, k in enumerate(folds) if k != f]
-        delta = fit_delta(vectors[inside], [pos[i] for i in inside], retriever.matrix)
-        out[f] = QueryAdapter(delta, retriever.embedder.name, f"tune split without fold {f}")
-    return out
+        inside = np.flatnonzero(folds != f)
+        deltas[f] = fit_delta(vectors[inside], [pos[i] for i in inside], retriever.matrix)
+    return FoldFits(vectors, pos, folds, deltas)
+
+
+def fold_adapters(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None) -> dict[int, QueryAdapter]:
+    """Fold number -> the adapter fitted on the tune questions outside that fold (and every training-only
+    question: `extra`, by default `eval/training/`)."""
+    fits = fold_fits(retriever, tune, extra)
+    return {f: QueryAdapter(d, retriever.embedder.name, f"tune split without fold {f}") for f, d in fits.deltas.items()}
 
 
 def crossfit(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None) -> dict[str, HybridRetriever]:
@@ -126,13 +144,11 @@ def train_adapter(retriever: HybridRetriever, tune: list[Question], out: Path = 
     if any(split_of(q.id) != "tune" for q in tune):
         raise ValueError("the query adapter is trained on tune questions only")
     extra = load_training_questions() if extra is None else extra
-    both = tune + extra
-    vectors, pos = base_vectors(retriever, both), positives(retriever, both)
-    folds = np.array([hash_fold(q.id, FOLDS) for q in tune] + [-1] * len(extra))
+    fits = fold_fits(retriever, tune, extra)
+    vectors, pos = fits.vectors, fits.pos
     held_base, held_adapted = np.zeros((FOLDS, 2)), np.zeros((FOLDS, 2))
-    for f in range(FOLDS):
-        inside, held = np.flatnonzero(folds != f), np.flatnonzero(folds == f)
-        delta = fit_delta(vectors[inside], [pos[i] for i in inside], retriever.matrix)
+    for f, delta in fits.deltas.items():
+        held = np.flatnonzero(fits.folds == f)
         adapter = QueryAdapter(delta, retriever.embedder.name)
         held_base[f] = _dense_scores(vectors[held], [pos[i] for i in held], retriever.matrix)
         held_adapted[f] = _dense_scores(adapter.apply(vectors[held]), [pos[i] for i in held], retriever.matrix)

@@ -63,9 +63,7 @@ def score_sets(retrievers: dict[str, Retriever], index: LoadedIndex, sets: dict[
     for name, r in retrievers.items():
         out[name] = {}
         for set_name, qs in sets.items():
-            adapted = isinstance(r, HybridRetriever) and r.options.query_adapter is not None
-            if set_name == "tune" and adapted:
-                assert isinstance(r, HybridRetriever)
+            if set_name == "tune" and isinstance(r, HybridRetriever) and r.options.query_adapter is not None:
                 out[name]["tune"] = evaluate(qs, crossfit_search(r, index, qs))[1]
                 out[name]["tune-in"] = evaluate(qs, search_fn(r, index))[1]
             else:
