@@ -113,7 +113,7 @@ class FoldFits:
 
 def fold_fits(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None) -> FoldFits:
     """`extra`: the training-only questions, by default `eval/training/`."""
-    extra = load_training_questions() if extra is None else extra
+    extra = load_training_questions(retriever.index.chunks) if extra is None else extra
     both = tune + extra
     vectors, pos = base_vectors(retriever, both), positives(retriever, both)
     folds = np.array([hash_fold(q.id, FOLDS) for q in tune] + [-1] * len(extra))
@@ -143,7 +143,7 @@ def train_adapter(retriever: HybridRetriever, tune: list[Question], out: Path = 
     report's cross-validation holds out tune folds only."""
     if any(split_of(q.id) != "tune" for q in tune):
         raise ValueError("the query adapter is trained on tune questions only")
-    extra = load_training_questions() if extra is None else extra
+    extra = load_training_questions(retriever.index.chunks) if extra is None else extra
     fits = fold_fits(retriever, tune, extra)
     vectors, pos = fits.vectors, fits.pos
     held_base, held_adapted = np.zeros((FOLDS, 2)), np.zeros((FOLDS, 2))

@@ -3,15 +3,27 @@
 The split is fixed by a hash of each question's id, so it never depends on file order, on which
 questions were added later, or on anyone's choice: every retrieval choice (weights, priors,
 expansions, models, the re-ranker) is made on `tune`; `test` only reports.
+
+The training-only questions (`eval/training/*.jsonl`) hold no text of the docs: each gold phrase is
+stored as the key of its normalised text, its length in characters and its word count (`phrase_key`),
+and found again in the index's passages of the named page when the questions are loaded.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from eval.metrics import Question, load_questions
+from eval.metrics import Question, load_questions, normalise
+from indexer.documents import Chunk
+
+log = logging.getLogger(__name__)
+_WORD_START = re.compile(r"(?:^| )(?=\S)")
 
 QUESTIONS_DIR = Path(__file__).resolve().parent / "questions"
 # training-only questions (written from doc sections, in users' words): the query adapter learns from
@@ -49,13 +61,53 @@ def load_question_set(directory: Path = QUESTIONS_DIR) -> list[Question]:
     return questions
 
 
-def load_training_questions(directory: Path = TRAINING_DIR) -> list[Question]:
-    """The training-only questions; their ids must not be evaluation ids."""
-    questions = load_question_set(directory) if directory.is_dir() else []
+def phrase_key(text: str) -> str:
+    """What a training-only question stores for a gold phrase: 16 hex digits of the sha256 of its
+    normalised text (with `len(normalise(text))`, its length)."""
+    return hashlib.sha256(normalise(text).encode("utf-8")).hexdigest()[:16]
+
+
+def find_phrase(texts: Iterable[str], key: str, chars: int) -> str | None:
+    """The normalised phrase of `chars` characters, starting at a word of one of the normalised
+    `texts`, whose key is `key`; None when none is."""
+    for text in texts:
+        for start in _WORD_START.finditer(text):
+            piece = text[start.end():start.end() + chars]
+            if len(piece) == chars and phrase_key(piece) == key:
+                return piece
+    return None
+
+
+def load_training_questions(chunks: Iterable[Chunk], directory: Path = TRAINING_DIR) -> list[Question]:
+    """The training-only questions, their gold phrases found in `chunks` (the index's passages) of the
+    page each names. A phrase no passage holds any more (another docs version) is dropped, and so is a
+    question left with none. Their ids must not be evaluation ids."""
+    texts: dict[str, list[str]] = {}
+    for c in chunks:
+        texts.setdefault(c.path, []).append(normalise(c.text))
     scored = {q.id for q in load_question_set()} if QUESTIONS_DIR.is_dir() else set()
-    clash = [q.id for q in questions if q.id in scored]
-    if clash:
-        raise ValueError(f"training question ids that are also evaluation ids: {clash[:5]}")
+    questions: list[Question] = []
+    seen: set[str] = set()
+    lost = 0
+    for file in question_files(directory) if directory.is_dir() else []:
+        for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                found = [find_phrase(texts.get(g["path"], ()), str(g["phrase_key"]), int(g["chars"])) for g in d["gold"]]
+                question = Question(str(d["id"]), str(d["question"]), str(d.get("lang", "en")), str(d.get("topic", "")),
+                                    tuple(p for p in found if p), tuple(str(m) for m in d.get("must_mention", [])))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{file}:{n}: not a training question ({exc})") from exc
+            if question.id in scored or question.id in seen:
+                raise ValueError(f"{file}:{n}: question id {question.id!r} is already used")
+            seen.add(question.id)
+            lost += found.count(None)
+            if question.evidence:
+                questions.append(question)
+    if lost:
+        log.warning("%d gold phrases of the training-only questions are in no passage of these docs: left out", lost)
     return questions
 
 

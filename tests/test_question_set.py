@@ -17,11 +17,13 @@ from eval.question_set import (
     load_question_set,
     load_split,
     load_training_questions,
+    phrase_key,
     question_files,
     split_of,
 )
 from indexer.build import chunk_all
 from indexer.docs_source import read_docs_dir
+from indexer.documents import Chunk
 
 
 def _rows(directory: Path = QUESTIONS_DIR) -> list[dict]:
@@ -67,16 +69,14 @@ def test_duplicate_ids_across_files_are_refused(tmp_path: Path) -> None:
         load_question_set(tmp_path)
 
 
-@pytest.mark.parametrize("directory", [QUESTIONS_DIR, TRAINING_DIR], ids=["evaluation", "training-only"])
-def test_every_gold_phrase_is_verbatim_in_its_file_and_in_a_passage(real_docs: Path, directory: Path) -> None:
+def test_every_gold_phrase_is_verbatim_in_its_file_and_in_a_passage(real_docs: Path) -> None:
     """Verbatim in the named file (under the scoring rule's normalisation), and inside one passage of
-    the parsed, chunked docs: a phrase no passage can hold would be a question nobody can hit (or, for
-    the training-only questions, a pair the adapter cannot learn from)."""
+    the parsed, chunked docs: a phrase no passage can hold would be a question nobody can hit."""
     chunks, _ = chunk_all(read_docs_dir(real_docs))
     passages = [normalise(c.text) for c in chunks]
     files: dict[str, str] = {}
     problems = []
-    for r in _rows(directory):
+    for r in _rows():
         for g in r["gold"]:
             path = real_docs / g["path"]
             assert path.is_file(), f"{r['id']}: no file {g['path']}"
@@ -94,11 +94,43 @@ def test_every_gold_phrase_is_verbatim_in_its_file_and_in_a_passage(real_docs: P
     assert not problems, "\n".join(problems)
 
 
-def test_training_only_questions_are_never_scored() -> None:
-    """Their ids are outside the evaluation set (so no split holds them) and each names its source page."""
-    training = load_training_questions()
+def test_training_only_questions_hold_no_doc_text_and_find_their_phrases(real_docs: Path) -> None:
+    """Each gold phrase is stored as a key, a length and a word count (6 to 15 words), never as text,
+    and is found in a passage of the page it names; the ids are outside the evaluation set (so no split
+    holds them) and each names its source page."""
+    rows = _rows(TRAINING_DIR)
+    assert len(rows) >= 200
+    for r in rows:
+        assert r["origin"].startswith(("synthetic: docs/", "synthetic: blogs/")), r["id"]
+        for g in r["gold"]:
+            assert set(g) == {"path", "phrase_key", "chars", "words"} and 6 <= g["words"] <= 15, r["id"]
+    chunks, _ = chunk_all(read_docs_dir(real_docs))
+    training = load_training_questions(chunks)
     assert {q.id for q in training}.isdisjoint({q.id for q in load_question_set()})
-    assert all(r["origin"].startswith("synthetic: docs/") or r["origin"].startswith("synthetic: blogs/") for r in _rows(TRAINING_DIR))
+    by_id = {q.id: q for q in training}
+    missing = [r["id"] for r in rows if r["id"] not in by_id or len(by_id[r["id"]].evidence) != len(r["gold"])]
+    assert not missing, missing
+    assert all(phrase_key(p) == g["phrase_key"] for r in rows for p, g in zip(by_id[r["id"]].evidence, r["gold"], strict=True))
+
+
+def test_a_training_phrase_is_found_again_or_left_out(tmp_path: Path) -> None:
+    """Found in the named page's passages by key and length; a phrase no passage holds is dropped, and a
+    question left with none with it; an id the evaluation set uses is refused."""
+    chunk = Chunk(id="c", text="Set `overlap_comm` to overlap the reduction with the backward pass.", path="docs/p.md",
+                  url="u", title="T", heading="H", trail=("T",), source="docs")
+    phrase = "overlap the reduction with the backward pass"
+
+    def gold(text: str, path: str = "docs/p.md") -> dict:
+        return {"path": path, "phrase_key": phrase_key(text), "chars": len(normalise(text)), "words": len(text.split())}
+
+    rows = [{"id": "syn-1", "question": "q", "gold": [gold(phrase), gold(phrase, "docs/other.md")]},
+            {"id": "syn-2", "question": "q", "gold": [gold("a sentence that is in none of the passages")]}]
+    (tmp_path / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    loaded = load_training_questions([chunk], tmp_path)
+    assert [(q.id, q.evidence) for q in loaded] == [("syn-1", (normalise(phrase),))]
+    (tmp_path / "t.jsonl").write_text(json.dumps({**rows[0], "id": load_question_set()[0].id}), encoding="utf-8")
+    with pytest.raises(ValueError, match="already used"):
+        load_training_questions([chunk], tmp_path)
 
 
 def test_questions_dir_holds_only_question_files() -> None:
