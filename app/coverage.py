@@ -3,11 +3,12 @@
 Signals of one search: the best cosine, the top passage's cosine, ranking score and raw BM25 per
 query term, the best such anywhere, how much of the ask the top passage and the top five cover, whether the
 question's identifiers appear in the top five (a key DeepSpeed never had does not) and in the index at
-all (the ask's share the index never names, and whether a `deepspeed.` path is among them), whether
+all (the ask's share the index never names, and whether a `deepspeed.` path is among them), the share
+of the ask's words no passage or heading holds at all (a GPU, library or product the docs never name), whether
 it asks for a date, price, opinion or measured number (what docs never hold), how far BM25's
 and the dense model's top ten agree. A logistic model over them, trained on the `tune` split of our
 answerable questions against the tune half of `eval/unanswerable.jsonl`, with its threshold set so
-that at most 3% of the answerable tune questions are refused (`dsqa eval train-abstention`).
+that about 3% of answerable questions it never saw are refused (`dsqa eval train-abstention`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from app.linear_model import LinearModel, load_linear_model
 from app.ranking import ChunkTerms, QuerySignals
 
 ABSTENTION_FILE = Path(__file__).resolve().parent / "abstention.json"
-MAX_FALSE_ABSTENTION = 0.03
 
 COVERAGE_FEATURES: tuple[str, ...] = (
     "best_cos",  # best cosine among the candidates
@@ -37,6 +37,8 @@ COVERAGE_FEATURES: tuple[str, ...] = (
     "ask_unknown",  # share of the ask's identifiers that no chunk or heading of the index names
     "ds_unknown",  # the question names a `deepspeed.` path the index never names
     "unknowable",  # asks for a date, price, opinion or measured number (`app.query.asks_unknowable`)
+    "ask_unseen",  # share of the ask's terms that no chunk's text or heading holds (a GPU, library or
+    "any_unseen",  # product the docs never name), and whether there is any
 )
 
 
@@ -66,6 +68,8 @@ def coverage_features(q: QuerySignals, candidate_cos: np.ndarray, top: list[int]
         len(q.ask_identifiers & q.unknown_identifiers) / len(q.ask_identifiers) if q.ask_identifiers else 0.0,
         float(any(t.startswith("deepspeed.") for t in q.unknown_identifiers)),
         float(q.unknowable),
+        q.unseen_terms / n_terms,
+        float(q.unseen_terms > 0),
     ], dtype=np.float64)
 
 

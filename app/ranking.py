@@ -2,7 +2,7 @@
 
 Each candidate passage gets a row of features (BM25 and cosine of the whole question and of its
 ask, their ranks, how much of the question the heading trail and the text cover, exact identifier
-matches, the source kind, length; and the best cosine, BM25 and term coverage over the passage
+matches, the source kind, length, the best cosine over the chunk's sentences; and the best cosine, BM25 and term coverage over the passage
 the chunk returns, its section span: what a reader gets and what relevance is judged on). A
 logistic-regression model trained on the `tune` split of our question set (`dsqa eval train-ranker`) turns a row into a score; its weights ship in
 `app/ranker.json`. Pure numpy at query time.
@@ -42,6 +42,7 @@ FEATURES: tuple[str, ...] = (
     "span_cos",  # best cosine over the passage the chunk returns (its section span), minus the best candidate's
     "span_bm25",  # best BM25 over that passage / the best candidate's
     "span_cover",  # share of the ask's terms found anywhere in that passage
+    "unit_cos",  # best cosine over the chunk's sentences and list items, minus the best candidate's
 )
 
 
@@ -83,6 +84,8 @@ class QuerySignals:
     ask_identifiers: frozenset[str] = frozenset()  # the identifiers of the ask alone
     unknown_identifiers: frozenset[str] = frozenset()  # the question's identifiers no chunk or heading names
     unknowable: bool = False  # asks for a date, price, opinion or measured number (`app.query.asks_unknowable`)
+    unseen_terms: int = 0  # how many of the ask's terms no chunk's text or heading holds
+    unit_cos: np.ndarray | None = None  # per chunk, the best cosine over its text units (None: the chunk's cosine)
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -171,6 +174,8 @@ def candidate_features(ids: np.ndarray, q: QuerySignals, table: FeatureTable) ->
     rows[:, 16] = table.span_max(q.cos, ids) - cos.max()
     rows[:, 17] = table.span_max(q.bm25, ids) / bm_best if bm_best else 0.0
     rows[:, 18] = table.count(table.span_text, q.ask_terms)[ids] / n_terms
+    unit = q.cos[ids] if q.unit_cos is None else q.unit_cos[ids]
+    rows[:, 19] = unit - unit.max()
     return rows
 
 

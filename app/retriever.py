@@ -75,6 +75,14 @@ def dense_matrix(index: LoadedIndex) -> np.ndarray:
     return index.vectors.reconstruct_n(0, n) if n else np.zeros((0, index.vectors.d), dtype=np.float32)
 
 
+def unit_layout(index: LoadedIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Where each chunk's text units start in the index's unit vectors (one more entry: the end), and
+    the chunks that have any."""
+    sizes = np.fromiter((len(u) for u in index.units), dtype=np.int64, count=len(index.units))
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return starts, np.flatnonzero(sizes > 0)
+
+
 COVERAGE_DEPTH = 5  # the coverage decision looks at the first five passages, whatever k is
 NOTE_SLOT = 5  # the highest place one of our notes takes among the passages (1-based)
 
@@ -112,6 +120,7 @@ class HybridRetriever:
         self.options = options or RetrievalOptions()
         self.bm25_tokens = bm25_tokens  # must match how the index's BM25 was built
         self.matrix = dense_matrix(index)
+        self.unit_starts, self.unit_owners = unit_layout(index)
         self._shingles: dict[int, set[tuple[str, ...]]] = {}
         self._spans: dict[int, tuple[int, ...]] = {}
 
@@ -151,11 +160,12 @@ class HybridRetriever:
         cos = self.matrix @ searched if len(self.matrix) else np.zeros(0, dtype=np.float32)
         bm25 = self._bm25(query)
         named = frozenset(identifiers(query))
+        ask_terms = frozenset(tokenize(ask))
         signals = QuerySignals(
             bm25=bm25,
             bm25_ask=bm25 if ask == query else self._bm25(ask),
             cos=cos,
-            ask_terms=frozenset(tokenize(ask)),
+            ask_terms=ask_terms,
             identifiers=named,
             cjk=has_cjk(question),
             query_vector=searched,  # the answer's units are scored with it too (tune CV evidence 0.585 -> 0.622 over the base vector)
@@ -163,8 +173,19 @@ class HybridRetriever:
             ask_identifiers=named if ask == query else frozenset(identifiers(ask)),
             unknown_identifiers=frozenset(t for t in named if not self.feature_table.knows(t)),
             unknowable=asks_unknowable(question),
+            unseen_terms=sum(1 for t in ask_terms if not self.feature_table.knows(t)),
+            unit_cos=self.unit_cosines(searched, cos),
         )
         return query, signals
+
+    def unit_cosines(self, vector: np.ndarray, cos: np.ndarray) -> np.ndarray:
+        """Per chunk, the best cosine of `vector` over its text units (a chunk without units: its own)."""
+        vectors = self.index.unit_vectors
+        if vectors is None or not len(self.unit_owners) or len(vectors) != self.unit_starts[-1]:
+            return cos
+        best = cos.astype(np.float32).copy()
+        best[self.unit_owners] = np.maximum.reduceat(vectors @ vector, self.unit_starts[self.unit_owners])
+        return best
 
     def candidates(self, q: QuerySignals, topic: str | None = None, source: str | None = None) -> np.ndarray:
         d = self.options.depth

@@ -45,18 +45,17 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing on the 170-question test split (127 before 95 more real-user questions were
-    added, en and zh; the split is by id hash, so 43 of them joined test): hit@1 0.629, hit@5 0.853,
-    MRR@10 0.732, zh hit@5 0.837, with the query adapter (`app/query_adapter.py`, fitted on tune and 200
-    training-only questions); with it fitted on tune alone 0.635 / 0.859 / 0.733 / 0.837 (tune's
-    cross-validation preferred the training-only questions: ranker MRR@10 0.744 -> 0.766); without any
-    adapter 0.594 / 0.818 / 0.705 / 0.837. Issue 9's targets, 0.65 / 0.92 / 0.75 / 0.90, are not reached; these floors
-    keep what was won, about two questions of margin."""
+    """Measured at landing on the 170-question test split: hit@1 0.629, hit@5 0.865, MRR@10 0.736, zh hit@5
+    0.878, with the sentence-level cosine among the ranker's features (tune CV MRR@10 0.766 -> 0.774; before
+    it, test 0.629 / 0.853 / 0.732 / 0.837), the query adapter (`app/query_adapter.py`, fitted on tune and
+    200 training-only questions) and 54 known-cause sections among the notes. Without any adapter, in the
+    stop that added it: 0.594 / 0.818 / 0.705 / 0.837. Issue 9's targets, 0.65 / 0.92 / 0.75 / 0.90, are
+    not reached; these floors keep what was won, about two questions of margin."""
     t = scores["shipped"]["test"]
-    assert t["all"]["hit@5"] >= 0.84
+    assert t["all"]["hit@5"] >= 0.85
     assert t["all"]["hit@1"] >= 0.61
-    assert t["all"]["mrr@10"] >= 0.71
-    assert t["zh"]["hit@5"] >= 0.79
+    assert t["all"]["mrr@10"] >= 0.72
+    assert t["zh"]["hit@5"] >= 0.83
     assert t["all"]["median_top5_words"] <= 350
 
 
@@ -125,21 +124,20 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 def test_answers_on_held_out_questions(engine) -> None:
     """Measured at landing, on halves no choice was made on (served int8 query encoder), 170 answerable
-    and 68 unanswerable test questions: the answer text holds a gold phrase for 58.2% (58.8% with the
-    adapter fitted on tune alone; 61.2% with units scored by the base query vector, which tune's
-    cross-validation put 3.7 points lower; 58.2% before the query adapter; 59.8% on the first 127 at the
-    start of that stop); no cited segment is cut (0 of 799), median 118 words; 44.1% of the unanswerable
-    test half refused (48.5% with the adapter fitted on tune alone), 2.9% of the answerable test split
-    refused (threshold at the split-conformal 3% quantile of tune, tune's answerable questions searched
-    through cross-fitted adapters; the retrieval signals alone, before unknown identifiers and unknowable
-    asks, on the first 28 and 127: 25.0% and 0.8%)."""
+    and 68 unanswerable test questions: the answer text holds a gold phrase for 60.0% (58.2% in the stop
+    before); no cited segment is cut (0 of 798), median 118 words; 61.8% of the unanswerable test half
+    refused and 4.1% (7) of the answerable test split (before the share of the ask's words no passage
+    holds joined the coverage signals: 44.1% and 2.9%). The threshold sits at the 1.5% conformal quantile
+    of tune's answerable scores, chosen on tune's cross-validation (the 3% quantile refused 4.8% of
+    held-out answerable tune questions); tune's answerable questions are searched through cross-fitted
+    adapters. Issue 10's targets (75% evidence, 90% refused at <= 3% false) are not reached."""
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.57
+    assert report["evidence_in_answer"] >= 0.585
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
-    assert report["abstention"] >= 0.41
+    assert report["abstention"] >= 0.58
     assert report["false_abstention"] <= 0.045
 
 

@@ -160,6 +160,37 @@ def test_signals_name_the_identifiers_the_index_never_holds() -> None:
     assert known.unknown_identifiers == frozenset()
 
 
+def test_signals_count_the_ask_words_no_passage_holds() -> None:
+    """The coverage decision reads how many of the ask's words appear nowhere in the index (a GPU or
+    product the docs never name): words any chunk or heading holds do not count."""
+    r = HybridRetriever(_index(CHUNKS), HashEmbedder(), options=RetrievalOptions(section_words=0))
+    _, q = r.signals("Does offload to nvme work on a Gaudi3 with MI300X cards?")
+    assert q.unseen_terms == sum(1 for t in q.ask_terms if t in {"gaudi3", "mi300x", "card", "work"})
+    assert q.unseen_terms >= 2
+    _, known = r.signals("How do I offload the optimizer to nvme?")
+    assert known.unseen_terms == 0
+
+
+def test_unit_cosines_take_each_chunks_best_sentence() -> None:
+    """The ranker's `unit_cos`: per chunk, the best cosine over its own text units' vectors; a chunk
+    without units keeps its whole-chunk cosine."""
+    from indexer.text_units import Unit
+
+    index = _index(CHUNKS)
+    emb = HashEmbedder()
+    texts = [["Pipeline parallelism splits layers.", "Stages of a PipelineModule."], [], ["The offload device can be cpu."], [], [], []]
+    index.units = [[Unit(t, 0) for t in row] for row in texts]
+    index.unit_vectors = emb.embed([t for row in texts for t in row])
+    r = HybridRetriever(index, emb, options=RetrievalOptions(section_words=0))
+    v = emb.embed(["Stages of a PipelineModule."])[0]
+    cos = r.matrix @ v
+    best = r.unit_cosines(v, cos)
+    assert best[0] == pytest.approx(float(max(index.unit_vectors[:2] @ v)))
+    assert best[0] == pytest.approx(1.0, abs=1e-5)  # the second sentence is the query itself
+    assert best[2] == pytest.approx(float(index.unit_vectors[2] @ v))
+    assert all(best[i] == pytest.approx(cos[i]) for i in (1, 3, 4, 5))
+
+
 @pytest.mark.parametrize(("question", "unknowable"), [
     ("When will DeepSpeed 1.0 be released?", True),
     ("How much does an 8x H100 node cost per hour?", True),
