@@ -123,6 +123,8 @@ def blame_failure(kind: str, code: str, status: str, reason: str, stderr: str = 
         owner, attr = m.groups()
         if owner == "DeepSpeedEngine" and attr in _OTHER_ENGINE_METHODS:
             return Blame(BLAME_HARNESS, f"'{attr}' belongs to another engine type than the one the harness built")
+        if owner == "AdamW" and "AdamW" not in code:  # the stand-in engine's optimizer (ZeRO stage 0, torch AdamW)
+            return Blame(BLAME_HARNESS, f"the harness's engine runs ZeRO stage 0 with torch AdamW, which lacks '{attr}'; the snippet's page configures another stage")
         if owner in ("TinyModel", "Namespace"):  # only the harness makes these
             return Blame(BLAME_HARNESS, f"the harness's stand-in {owner} lacks '{attr}', which the tutorial's own object has")
         if owner in STAND_INS and not re.search(rf"\b{re.escape(attr)}\b\s*=", code):

@@ -179,8 +179,12 @@ PRELUDE_NAMES = frozenset(
         "os", "sys", "json", "math", "time", "argparse", "dist", "get_accelerator", "F",
         "self", "module", "parser", "micro_batch_size", "sequence_parallel_size", "trainset", "cifar_trainset",
         "dtype", "data_iter", "tensor", "chunk_size", "output_dir", "output_file", "random",
+        "Model", "MyLargeModel", "Net", "weight_shape", "num_features",  # `model = Model()`: the tiny model's class
     }
 )
+# where a name a fragment neither defines nor imports is looked up, after earlier imports on its page:
+# deepspeed's public namespaces, the ZeRO offload enums the ZeRO-3 page uses, and typing's annotations
+FRAGMENT_NAMESPACES = (*PUBLIC_NAMESPACES, "deepspeed.runtime.zero.offload_config", "typing")
 
 
 def free_names(tree: ast.Module) -> list[str]:
@@ -244,7 +248,7 @@ def _context_imports(context: str, wanted: set[str]) -> dict[str, str]:
             if name in wanted and name not in found:
                 found[name] = line
     for name in sorted(wanted - set(found)):
-        for space in PUBLIC_NAMESPACES:
+        for space in FRAGMENT_NAMESPACES:
             if _public_callable(space, name):
                 found[name] = f"from {space} import {name}"
                 break

@@ -255,6 +255,11 @@ def test_blame_rules_on_small_cases() -> None:
     assert blame_failure("python", "engine.step()", "failed", "NameError: name 'engine' is not defined").party == "harness"
     assert blame_failure("python", "deepspeed.initialize(model=m, config={'zero_optimization': {'stage': 9}})", "failed",
                          "ValueError: 9 is not a valid ZeroStageEnum").party == "snippet"
+    stage0 = blame_failure("python", "ds_engine.offload_states(include=[OffloadStateTypeEnum.hp_params])", "failed",
+                           "AttributeError: 'AdamW' object has no attribute 'offload_states'", adaptations=["prelude supplied: ds_engine"])
+    assert stage0.party == "harness"  # the stand-in engine's ZeRO stage 0 optimizer, not the snippet
+    assert blame_failure("python", "opt = torch.optim.AdamW(p)\nopt.offload_states()", "failed",
+                         "AttributeError: 'AdamW' object has no attribute 'offload_states'").party == "snippet"
     own = blame_failure("python", "net = MyNet()\nnet.network.x", "failed", "AttributeError: 'MyNet' object has no attribute 'network'")
     assert own.party == "snippet"  # the snippet's own class: not a stand-in's gap
     prelude = ["prelude supplied: data_loader, chunk_size, model_engine"]

@@ -292,15 +292,19 @@ def test_fragment_gets_the_imports_of_its_page() -> None:
     def snip(i: str, code: str, path: str = "docs/a.md") -> Snippet:
         return Snippet(id=i, language="python", kind="python", code=code, chunk_id="c", source_url="u", path=path)
 
-    first = snip("a", "from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum\nx = 1")
-    later = snip("b", "print(OffloadStateTypeEnum.optim_states)")
-    other_page = snip("c", "print(OffloadStateTypeEnum)", path="docs/b.md")
+    first = snip("a", "from deepspeed.runtime.zero.partition_parameters import GatheredParameters\nx = 1")
+    later = snip("b", "print(GatheredParameters)")
+    other_page = snip("c", "print(GatheredParameters)", path="docs/b.md")
     ctx = page_imports([first, later, other_page])
-    assert ctx == {"a": "", "b": "from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum", "c": ""}
+    assert ctx == {"a": "", "b": "from deepspeed.runtime.zero.partition_parameters import GatheredParameters", "c": ""}
     p = prepare("python", later.code, CPU, context=ctx["b"])
-    assert not p.skip and p.files["snippet.py"].startswith("from deepspeed.runtime.zero.offload_config import")
+    assert not p.skip and p.files["snippet.py"].startswith("from deepspeed.runtime.zero.partition_parameters import")
     assert any("imports from earlier on its page" in a for a in p.adaptations)
     assert prepare("python", other_page.code, CPU, context="import os; os.system('x')").skip  # only imports are taken
+    # the ZeRO-3 page's offload enums and typing's annotations are found without an import on the page
+    enums = prepare("python", "def f(s: Set[OffloadStateTypeEnum]) -> None:\n    pass", CPU)
+    assert not enums.skip and "from typing import Set" in enums.files["snippet.py"]
+    assert "from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum" in enums.files["snippet.py"]
 
 
 def test_a_passing_run_does_not_clear_a_static_failure_it_never_reached() -> None:

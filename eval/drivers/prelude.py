@@ -13,7 +13,8 @@ ckpt_id / tag: "step0"; client_sd / client_state: {}. step / epoch: 0. mpu: None
 tiny model (a method-body excerpt sets its attributes on it). parser: an ArgumentParser.
 micro_batch_size: 2; sequence_parallel_size: 1; trainset: the dataset; dtype: float32; data_iter: an
 iterator over the batches; tensor: one input; chunk_size: 2; output_dir / output_file: "out" /
-"out/result.txt". Modules: torch, deepspeed, nn, F, np, os, sys, json, math, time, random, argparse,
+"out/result.txt". Model / MyLargeModel / Net: the tiny model's class; weight_shape: (16, 16);
+num_features: 16. Modules: torch, deepspeed, nn, F, np, os, sys, json, math, time, random, argparse,
 dist (deepspeed.comm), get_accelerator.
 """
 
@@ -74,6 +75,7 @@ def provide(names, client_optimizer=False, device="cpu"):
         "self": model, "module": model, "parser": argparse.ArgumentParser(), "micro_batch_size": 2,
         "sequence_parallel_size": 1, "dtype": torch.float32, "data_iter": iter(batches), "tensor": batches[0][0],
         "chunk_size": 2, "output_dir": "out", "output_file": "out/result.txt",
+        "Model": TinyModel, "MyLargeModel": TinyModel, "Net": TinyModel, "weight_shape": (D, D), "num_features": D,
     }
     for n in ("data_loader", "dataloader", "train_loader", "trainloader", "train_dataloader"):
         simple[n] = batches
