@@ -4,7 +4,8 @@
 whole question and over its ask (`app/query.py`); the union of both top lists is re-ranked by the
 learned linear model (`app/ranking.py`, trained on the `tune` split) or, without one, by the
 weighted fusion; a passage grows with its section's neighbouring chunks (one passage per
-section), near-duplicates are dropped, and one of our notes at most stands fifth. The peers measured beside it in the same run are
+section, and a section whose chunks did not fit one passage still shows once), near-duplicates are
+dropped, and one of our notes at most stands fifth. The peers measured beside it in the same run are
 `Bm25Retriever`, `DenseRetriever` and `RrfRetriever` (RRF of those two).
 """
 
@@ -101,6 +102,7 @@ class RetrievalOptions:
     section_words: int = 350  # grow a passage with its section's neighbouring chunks up to this many words (0: off)
     notes_last: bool = True  # at most one of our notes, never above fifth place (see `select`)
     dedupe: bool = True
+    one_per_section: bool = True  # a second chunk of a section already shown (same page and headings) is skipped
     query_adapter: QueryAdapter | None = None  # the learned query-vector correction (`app/query_adapter.py`)
 
 
@@ -256,6 +258,7 @@ class HybridRetriever:
     def _select(self, ids: np.ndarray, scores: np.ndarray, k: int, *, skip_notes: bool) -> list[tuple[int, float]]:
         chosen: list[tuple[int, float]] = []
         inside: set[int] = set()  # chunks within the passages taken
+        sections: set[tuple[str, tuple[str, ...]]] = set()
         for p in np.argsort(-scores, kind="stable"):
             if len(chosen) >= k:
                 break
@@ -264,10 +267,13 @@ class HybridRetriever:
                 continue
             if idx in inside:
                 continue  # already inside a passage taken: one passage per section span
+            if self.options.one_per_section and self._section_key(idx) in sections:
+                continue
             if self.options.dedupe and any(near_duplicate(self._shingle(idx), self._shingle(j)) for j, _ in chosen):
                 continue
             chosen.append((idx, float(scores[p])))
             inside.update(self.section_span(idx))
+            sections.add(self._section_key(idx))
         return chosen
 
     def section_span(self, idx: int) -> tuple[int, ...]:
@@ -294,6 +300,10 @@ class HybridRetriever:
                     grown = True
             if not grown:
                 return tuple(range(lo, hi + 1))
+
+    def _section_key(self, idx: int) -> tuple[str, tuple[str, ...]]:
+        chunk = self.index.chunks[idx]
+        return chunk.path, chunk.trail
 
     def _same_section(self, a: int, b: int) -> bool:
         ca, cb = self.index.chunks[a], self.index.chunks[b]

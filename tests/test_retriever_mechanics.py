@@ -99,8 +99,12 @@ def test_selection_skips_chunks_inside_a_taken_passage_and_near_duplicates() -> 
     ids, scores = np.array([1, 2, 3, 6]), np.array([1.0, 0.9, 0.8, 0.7])
     joined = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(notes_last=False))
     assert [i for i, _ in joined.select(ids, scores, 4)] == [1, 3]  # 2 is inside 1's passage, 6 copies 3
-    apart = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0, notes_last=False, dedupe=False))
+    apart = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0, notes_last=False, dedupe=False,
+                                                                             one_per_section=False))
     assert [i for i, _ in apart.select(ids, scores, 4)] == [1, 2, 3, 6]
+    # chunks 1 and 2 share page and headings: past the passage budget, one section still shows once
+    capped = apart.with_options(one_per_section=True)
+    assert [i for i, _ in capped.select(ids, scores, 4)] == [1, 3, 6]
 
 
 def test_learned_ranker_file_round_trips_and_refuses_other_features(tmp_path: Path) -> None:
