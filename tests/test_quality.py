@@ -45,17 +45,19 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing on the 170-question test split: hit@1 0.629, hit@5 0.865, MRR@10 0.736, zh hit@5
-    0.878, with the sentence-level cosine among the ranker's features (tune CV MRR@10 0.766 -> 0.774; before
-    it, test 0.629 / 0.853 / 0.732 / 0.837), the query adapter (`app/query_adapter.py`, fitted on tune and
-    200 training-only questions) and 54 known-cause sections among the notes. Without any adapter, in the
-    stop that added it: 0.594 / 0.818 / 0.705 / 0.837. Issue 9's targets, 0.65 / 0.92 / 0.75 / 0.90, are
-    not reached; these floors keep what was won, about two questions of margin."""
+    """Measured at landing on the 170-question test split: hit@1 0.629, hit@5 0.859, MRR@10 0.736, zh hit@5
+    0.857. In the stop that landed them, in order: the sentence-level cosine among the ranker's features
+    (tune CV MRR@10 0.766 -> 0.774; test 0.629 / 0.853 / 0.732 / 0.837 -> 0.629 / 0.865 / 0.736 / 0.878),
+    then one passage per section (tune cross-fitted hit@5 0.872 -> 0.883; test hit@5 0.865 -> 0.859, zh
+    0.878 -> 0.857). The query adapter (`app/query_adapter.py`, fitted on tune and 200 training-only
+    questions) came the stop before; without any adapter then: 0.594 / 0.818 / 0.705 / 0.837. Issue 9's
+    targets, 0.65 / 0.92 / 0.75 / 0.90, are not reached; these floors keep what was won, about two
+    questions of margin."""
     t = scores["shipped"]["test"]
-    assert t["all"]["hit@5"] >= 0.85
+    assert t["all"]["hit@5"] >= 0.845
     assert t["all"]["hit@1"] >= 0.61
     assert t["all"]["mrr@10"] >= 0.72
-    assert t["zh"]["hit@5"] >= 0.83
+    assert t["zh"]["hit@5"] >= 0.81
     assert t["all"]["median_top5_words"] <= 350
 
 
@@ -124,8 +126,8 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 def test_answers_on_held_out_questions(engine) -> None:
     """Measured at landing, on halves no choice was made on (served int8 query encoder), 170 answerable
-    and 68 unanswerable test questions: the answer text holds a gold phrase for 60.0% (58.2% in the stop
-    before); no cited segment is cut (0 of 798), median 118 words; 61.8% of the unanswerable test half
+    and 68 unanswerable test questions: the answer text holds a gold phrase for 59.4% (58.2% in the stop
+    before; 60.0% before one passage per section); no cited segment is cut (0 of 794), median 118 words; 61.8% of the unanswerable test half
     refused and 4.1% (7) of the answerable test split (before the share of the ask's words no passage
     holds joined the coverage signals: 44.1% and 2.9%). The threshold sits at the 1.5% conformal quantile
     of tune's answerable scores, chosen on tune's cross-validation (the 3% quantile refused 4.8% of
@@ -134,7 +136,7 @@ def test_answers_on_held_out_questions(engine) -> None:
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.585
+    assert report["evidence_in_answer"] >= 0.58
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
     assert report["abstention"] >= 0.58
