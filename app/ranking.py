@@ -85,7 +85,8 @@ class QuerySignals:
     unknown_identifiers: frozenset[str] = frozenset()  # the question's identifiers no chunk or heading names
     unknowable: bool = False  # asks for a date, price, opinion or measured number (`app.query.asks_unknowable`)
     unseen_terms: int = 0  # how many of the ask's terms no chunk's text or heading holds
-    unit_cos: np.ndarray | None = None  # per chunk, the best cosine over its text units (None: the chunk's cosine)
+    unit_cos: np.ndarray | None = None  # per chunk of `pool`, the best cosine over its text units (None: the chunk's cosine)
+    pool: np.ndarray | None = None  # the chunks worth ranking (`HybridRetriever.pool`), before any filter
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:

@@ -161,11 +161,12 @@ class HybridRetriever:
         searched = adapter.apply(vector) if adapter is not None and adapter.dimension == len(vector) else vector
         cos = self.matrix @ searched if len(self.matrix) else np.zeros(0, dtype=np.float32)
         bm25 = self._bm25(query)
+        bm25_ask = bm25 if ask == query else self._bm25(ask)
         named = frozenset(identifiers(query))
         ask_terms = frozenset(tokenize(ask))
         signals = QuerySignals(
             bm25=bm25,
-            bm25_ask=bm25 if ask == query else self._bm25(ask),
+            bm25_ask=bm25_ask,
             cos=cos,
             ask_terms=ask_terms,
             identifiers=named,
@@ -176,28 +177,39 @@ class HybridRetriever:
             unknown_identifiers=frozenset(t for t in named if not self.feature_table.knows(t)),
             unknowable=asks_unknowable(question),
             unseen_terms=sum(1 for t in ask_terms if not self.feature_table.knows(t)),
-            unit_cos=self.unit_cosines(searched, cos),
+            pool=(pool := self.pool(bm25, cos, bm25_ask)),
+            unit_cos=self.unit_cosines(searched, cos, pool),
         )
         return query, signals
 
-    def unit_cosines(self, vector: np.ndarray, cos: np.ndarray) -> np.ndarray:
-        """Per chunk, the best cosine of `vector` over its text units (a chunk without units: its own)."""
+    def unit_cosines(self, vector: np.ndarray, cos: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
+        """Per chunk, the best cosine of `vector` over its text units (a chunk without units: its own);
+        with `ids`, only those chunks' units are scored (the candidate pool: a tenth of the units)."""
         vectors = self.index.unit_vectors
-        if vectors is None or not len(self.unit_owners) or len(vectors) != self.unit_starts[-1]:
-            return cos
         best = cos.astype(np.float32).copy()
-        best[self.unit_owners] = np.maximum.reduceat(vectors @ vector, self.unit_starts[self.unit_owners])
+        if vectors is None or len(vectors) != self.unit_starts[-1]:
+            return best
+        owners = self.unit_owners if ids is None else ids[self.unit_starts[ids + 1] > self.unit_starts[ids]]
+        if not len(owners):
+            return best
+        lo, hi = self.unit_starts[owners], self.unit_starts[owners + 1]
+        rows = np.concatenate([np.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)])
+        best[owners] = np.maximum.reduceat(vectors[rows] @ vector, np.concatenate([[0], np.cumsum(hi - lo)[:-1]]))
         return best
 
-    def candidates(self, q: QuerySignals, topic: str | None = None, source: str | None = None) -> np.ndarray:
+    def pool(self, bm25: np.ndarray, cos: np.ndarray, bm25_ask: np.ndarray) -> np.ndarray:
+        """The chunks worth ranking, sorted: the `depth` best by BM25 and by cosine, half as many by the ask's BM25."""
         d = self.options.depth
-        pools = [np.argsort(-q.bm25)[:d], np.argsort(-q.cos)[:d]]
-        if q.bm25_ask is not q.bm25:
-            pools.append(np.argsort(-q.bm25_ask)[: d // 2])
-        cand = {int(i) for pool in pools for i in pool}
+        pools = [np.argsort(-bm25)[:d], np.argsort(-cos)[:d]]
+        if bm25_ask is not bm25:
+            pools.append(np.argsort(-bm25_ask)[: d // 2])
+        return np.unique(np.concatenate(pools)).astype(np.int64)
+
+    def candidates(self, q: QuerySignals, topic: str | None = None, source: str | None = None) -> np.ndarray:
+        cand = q.pool if q.pool is not None else self.pool(q.bm25, q.cos, q.bm25_ask)
         if topic is not None or source is not None:
-            cand = {i for i in cand if matches_filter(self.index.chunks[i], topic, source)}
-        return np.array(sorted(cand), dtype=np.int64)
+            cand = np.array([i for i in cand.tolist() if matches_filter(self.index.chunks[i], topic, source)], dtype=np.int64)
+        return cand
 
     def score(self, ids: np.ndarray, q: QuerySignals) -> np.ndarray:
         o = self.options

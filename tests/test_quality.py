@@ -45,8 +45,8 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing on the 170-question test split: hit@1 0.629, hit@5 0.859, MRR@10 0.736, zh hit@5
-    0.857. In the stop that landed them, in order: the sentence-level cosine among the ranker's features
+    """Measured at landing on the 170-question test split: hit@1 0.635, hit@5 0.859, MRR@10 0.736, zh hit@5
+    0.857 (with 76 known-cause sections among the notes). In the stop that landed them, in order: the sentence-level cosine among the ranker's features
     (tune CV MRR@10 0.766 -> 0.774; test 0.629 / 0.853 / 0.732 / 0.837 -> 0.629 / 0.865 / 0.736 / 0.878),
     then one passage per section (tune cross-fitted hit@5 0.872 -> 0.883; test hit@5 0.865 -> 0.859, zh
     0.878 -> 0.857). The query adapter (`app/query_adapter.py`, fitted on tune and 200 training-only
@@ -126,17 +126,18 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 def test_answers_on_held_out_questions(engine) -> None:
     """Measured at landing, on halves no choice was made on (served int8 query encoder), 170 answerable
-    and 68 unanswerable test questions: the answer text holds a gold phrase for 59.4% (58.2% in the stop
-    before; 60.0% before one passage per section); no cited segment is cut (0 of 794), median 118 words; 61.8% of the unanswerable test half
-    refused and 4.1% (7) of the answerable test split (before the share of the ask's words no passage
-    holds joined the coverage signals: 44.1% and 2.9%). The threshold sits at the 1.5% conformal quantile
-    of tune's answerable scores, chosen on tune's cross-validation (the 3% quantile refused 4.8% of
-    held-out answerable tune questions); tune's answerable questions are searched through cross-fitted
-    adapters. Issue 10's targets (75% evidence, 90% refused at <= 3% false) are not reached."""
+    and 68 unanswerable test questions: the answer text holds a gold phrase for 58.8% (58.2% in the stop
+    before; 60.0% and 59.4% at steps of this one); no cited segment is cut (0 of 797), median 118 words;
+    60.3% of the unanswerable test half refused and 3.5% (6) of the answerable test split (before the
+    share of the ask's words no passage holds joined the coverage signals: 44.1% and 2.9%). The
+    threshold sits at the 1.5% conformal quantile of tune's answerable scores, chosen on tune's
+    cross-validation (the 3% quantile refused 4.8% of held-out answerable tune questions); tune's
+    answerable questions are searched through cross-fitted adapters. Issue 10's targets (75% evidence,
+    90% refused at <= 3% false) are not reached."""
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.58
+    assert report["evidence_in_answer"] >= 0.575
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
     assert report["abstention"] >= 0.58
