@@ -102,6 +102,7 @@ class RetrievalOptions:
     section_words: int = 350  # grow a passage with its section's neighbouring chunks up to this many words (0: off)
     notes_last: bool = True  # at most one of our notes, never above fifth place (see `select`)
     dedupe: bool = True
+    sentence_cosine: bool = True  # the ranker reads each chunk's best sentence cosine (off: its whole-chunk cosine)
     one_per_section: bool = True  # a second chunk of a section already shown (same page and headings) is skipped
     query_adapter: QueryAdapter | None = None  # the learned query-vector correction (`app/query_adapter.py`)
 
@@ -178,7 +179,7 @@ class HybridRetriever:
             unknowable=asks_unknowable(question),
             unseen_terms=sum(1 for t in ask_terms if not self.feature_table.knows(t)),
             pool=(pool := self.pool(bm25, cos, bm25_ask)),
-            unit_cos=self.unit_cosines(searched, cos, pool),
+            unit_cos=self.unit_cosines(searched, cos, pool) if self.options.sentence_cosine else None,
         )
         return query, signals
 
