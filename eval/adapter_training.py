@@ -111,9 +111,27 @@ class FoldFits:
     deltas: dict[int, np.ndarray]
 
 
+# the last fold fits, by what they depend on: each training entry point (ranker, coverage decision,
+# answer units) and the retrieval report's tune row needs the same five adapters (~15 s each time)
+_FITS: dict[tuple[object, ...], tuple[HybridRetriever, FoldFits]] = {}
+
+
 def fold_fits(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None) -> FoldFits:
-    """`extra`: the training-only questions, by default `eval/training/`."""
+    """`extra`: the training-only questions, by default `eval/training/`. Remembered for the same
+    index, encoder, glossary, passages and questions (the retriever is kept with them, so its id is never
+    another's)."""
     extra = load_training_questions(retriever.index.chunks) if extra is None else extra
+    key = (id(retriever.index), id(retriever.embedder), id(retriever.glossary), retriever.options.section_words,
+           retriever.options.split_ask, tuple((q.id, q.question, q.evidence) for q in tune + extra))
+    if key in _FITS:
+        return _FITS[key][1]
+    fits = _fold_fits(retriever, tune, extra)
+    _FITS.clear()  # one set of fits at a time: tests and the bench build several indexes
+    _FITS[key] = (retriever, fits)
+    return fits
+
+
+def _fold_fits(retriever: HybridRetriever, tune: list[Question], extra: list[Question]) -> FoldFits:
     both = tune + extra
     vectors, pos = base_vectors(retriever, both), positives(retriever, both)
     folds = np.array([hash_fold(q.id, FOLDS) for q in tune] + [-1] * len(extra))
