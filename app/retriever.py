@@ -193,9 +193,10 @@ class HybridRetriever:
         owners = self.unit_owners if ids is None else ids[self.unit_starts[ids + 1] > self.unit_starts[ids]]
         if not len(owners):
             return best
-        lo, hi = self.unit_starts[owners], self.unit_starts[owners + 1]
-        rows = np.concatenate([np.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)])
-        best[owners] = np.maximum.reduceat(vectors[rows] @ vector, np.concatenate([[0], np.cumsum(hi - lo)[:-1]]))
+        lo, sizes = self.unit_starts[owners], self.unit_starts[owners + 1] - self.unit_starts[owners]
+        firsts = np.cumsum(sizes) - sizes  # where each owner's units start among the gathered rows
+        rows = np.arange(int(sizes.sum())) + np.repeat(lo - firsts, sizes)
+        best[owners] = np.maximum.reduceat(vectors[rows] @ vector, firsts)
         return best
 
     def pool(self, bm25: np.ndarray, cos: np.ndarray, bm25_ask: np.ndarray) -> np.ndarray:
