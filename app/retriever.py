@@ -76,14 +76,6 @@ def dense_matrix(index: LoadedIndex) -> np.ndarray:
     return index.vectors.reconstruct_n(0, n) if n else np.zeros((0, index.vectors.d), dtype=np.float32)
 
 
-def unit_layout(index: LoadedIndex) -> tuple[np.ndarray, np.ndarray]:
-    """Where each chunk's text units start in the index's unit vectors (one more entry: the end), and
-    the chunks that have any."""
-    sizes = np.fromiter((len(u) for u in index.units), dtype=np.int64, count=len(index.units))
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return starts, np.flatnonzero(sizes > 0)
-
-
 COVERAGE_DEPTH = 5  # the coverage decision looks at the first five passages, whatever k is
 NOTE_SLOT = 5  # the highest place one of our notes takes among the passages (1-based)
 
@@ -123,7 +115,6 @@ class HybridRetriever:
         self.options = options or RetrievalOptions()
         self.bm25_tokens = bm25_tokens  # must match how the index's BM25 was built
         self.matrix = dense_matrix(index)
-        self.unit_starts, self.unit_owners = unit_layout(index)
         self._shingles: dict[int, set[tuple[str, ...]]] = {}
         self._spans: dict[int, tuple[int, ...]] = {}
 
@@ -186,14 +177,15 @@ class HybridRetriever:
     def unit_cosines(self, vector: np.ndarray, cos: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
         """Per chunk, the best cosine of `vector` over its text units (a chunk without units: its own);
         with `ids`, only those chunks' units are scored (the candidate pool: a tenth of the units)."""
-        vectors = self.index.unit_vectors
+        vectors, offsets = self.index.unit_vectors, self.index.unit_offsets
         best = cos.astype(np.float32).copy()
-        if vectors is None or len(vectors) != self.unit_starts[-1]:
+        if vectors is None or len(offsets) != len(cos) + 1 or len(vectors) != offsets[-1]:
             return best
-        owners = self.unit_owners if ids is None else ids[self.unit_starts[ids + 1] > self.unit_starts[ids]]
+        ids = np.arange(len(cos)) if ids is None else ids
+        owners = ids[offsets[ids + 1] > offsets[ids]]
         if not len(owners):
             return best
-        lo, sizes = self.unit_starts[owners], self.unit_starts[owners + 1] - self.unit_starts[owners]
+        lo, sizes = offsets[owners], offsets[owners + 1] - offsets[owners]
         firsts = np.cumsum(sizes) - sizes  # where each owner's units start among the gathered rows
         rows = np.arange(int(sizes.sum())) + np.repeat(lo - firsts, sizes)
         best[owners] = np.maximum.reduceat(vectors[rows] @ vector, firsts)
@@ -320,8 +312,7 @@ class HybridRetriever:
         return chunk.path, chunk.trail
 
     def _same_section(self, a: int, b: int) -> bool:
-        ca, cb = self.index.chunks[a], self.index.chunks[b]
-        return ca.path == cb.path and ca.trail == cb.trail
+        return self._section_key(a) == self._section_key(b)
 
     def passage(self, idx: int) -> Chunk:
         """What a hit returns: the chunk, or its section span joined (its id, anchor and headings)."""

@@ -70,14 +70,14 @@ class LoadedIndex:
     def __post_init__(self) -> None:
         self.by_id = {c.id: i for i, c in enumerate(self.chunks)}
         sizes = [len(u) for u in self.units]
-        self._unit_offsets = np.cumsum([0, *sizes]).astype(np.int64)
+        self.unit_offsets = np.cumsum([0, *sizes]).astype(np.int64)  # where each chunk's units start in unit_vectors
 
     def chunk_units(self, i: int) -> tuple[list[Unit], np.ndarray | None]:
         """A chunk's text units as indexed, with their vectors (None when the index has none)."""
         units = self.units[i] if i < len(self.units) else []
         if self.unit_vectors is None or i >= len(self.units):
             return units, None
-        return units, self.unit_vectors[int(self._unit_offsets[i]) : int(self._unit_offsets[i + 1])]
+        return units, self.unit_vectors[int(self.unit_offsets[i]) : int(self.unit_offsets[i + 1])]
 
     def summary(self) -> dict[str, Any]:
         keys = ("model", "dimension", "deepspeed_version", "docs_ref", "counts", "built_at")

@@ -5,6 +5,7 @@ the learned ranker's file, and the peers."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 
 import bm25s
@@ -180,11 +181,10 @@ def test_unit_cosines_take_each_chunks_best_sentence() -> None:
     without units keeps its whole-chunk cosine."""
     from indexer.text_units import Unit
 
-    index = _index(CHUNKS)
     emb = HashEmbedder()
     texts = [["Pipeline parallelism splits layers.", "Stages of a PipelineModule."], [], ["The offload device can be cpu."], [], [], []]
-    index.units = [[Unit(t, 0) for t in row] for row in texts]
-    index.unit_vectors = emb.embed([t for row in texts for t in row])
+    index = replace(_index(CHUNKS), units=[[Unit(t, 0) for t in row] for row in texts],
+                    unit_vectors=emb.embed([t for row in texts for t in row]))
     r = HybridRetriever(index, emb, options=RetrievalOptions(section_words=0))
     v = emb.embed(["Stages of a PipelineModule."])[0]
     cos = r.matrix @ v
