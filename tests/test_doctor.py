@@ -97,9 +97,9 @@ def test_real_error_logs_are_labelled_against_the_installed_source() -> None:
 
 def test_doctor_on_real_error_logs(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Measured at landing on the test half of 64 real error logs (nothing was chosen on it): the first
-    cause names the thread's cause in 54.8% (51.6% with 54 known-cause sections, 48.4% with 38, 41.9% with
-    21; the 55 added since were mined from other users' threads, never from this set; the catalogue
-    alone: 16.1%),
+    cause names the thread's cause in 58.1% (54.8% with 76 known-cause sections, 51.6% with 54, 48.4% with 38,
+    41.9% with 21; the 84 added since were mined from other users' threads, never from this set or its
+    threads; the catalogue alone: 16.1%),
     the raising line is among the first three in 82.4% of the logs deepspeed raises (raise/assert alone:
     76.5%)."""
     from app.doctor import diagnose_with
@@ -114,5 +114,5 @@ def test_doctor_on_real_error_logs(tmp_path_factory: pytest.TempPathFactory) -> 
     by_url = {e.url(deepspeed_version()): e for e in entries}
     report = score_doctor(load_error_logs(), lambda log: diagnose_with(folder, None, log, NOTES_DIR), by_url)
     print(report["tune"], report["test"])
-    assert report["test"]["cause_at_1"] >= 0.48 and report["test"]["source_in_3"] >= 0.78
+    assert report["test"]["cause_at_1"] >= 0.54 and report["test"]["source_in_3"] >= 0.78
     assert report["tune"]["cause_at_1"] >= 0.7
