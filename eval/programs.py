@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.requirements import Capabilities
+from eval.requirements import CPU_RANKS, Capabilities, tensor_parallel_size
+from eval.sandbox import free_port
 from indexer.launcher_line import hostfile_hosts, launcher_lines, parse_filled
 from indexer.python_check import PUBLIC_NAMESPACES, strip_repl
 from indexer.snippet_check import (
@@ -57,6 +58,7 @@ def _driver(name: str) -> str:
     return (DRIVERS / name).read_text(encoding="utf-8")
 
 
+TINY_LLAMA = "2 layers, hidden size 32, 4 heads"  # built by drivers/ds_config_driver.py for tensor-parallel runs
 BASE_CONFIG: dict[str, Any] = {
     "train_micro_batch_size_per_gpu": 2,
     "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
@@ -132,9 +134,21 @@ def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
     if stage is not None:
         cfg = with_stage(cfg, stage)
         notes_filled.append(f"ZeRO stage {stage} added: the excerpt needs the stage its page sets elsewhere")
-    world = 1  # one process per config run
+    ranks = tensor_parallel_size(cfg)  # one process per config run, or one per tensor-parallel rank
+    if ranks > 1 and isinstance(cfg.get("compile"), dict):
+        return Prepared(skip="tensor parallelism through a compiled graph (the compile block) is not run in several processes")
+    tp_block = cfg.get("tensor_parallel")
+    if ranks > 1 and isinstance(tp_block, dict) and isinstance(tp_block.get("partition_config"), dict):
+        return Prepared(skip="custom AutoTP layer patterns name one model's own layers (a fused gate_up_proj...): "
+                             "the stand-in tiny Llama need not have them, so the run would not test the snippet")
+    if ranks > (caps.gpus if caps.cuda else CPU_RANKS):
+        return Prepared(skip=f"tensor parallel size {ranks}: more processes than this runner starts")
+    world = 1  # the data-parallel size: every rank of the run holds one tensor-parallel slice
     run_cfg, notes = adapt_config(cfg, world)
     notes[:0] = notes_filled + ([f"an excerpt: placed under {where}"] if where else [])
+    if ranks > 1:
+        notes.append(f"{ranks} processes, one per tensor-parallel rank" + (" (CPU processes over gloo in place of GPUs)" if not caps.cuda else "")
+                     + f"; the model is a tiny Llama ({TINY_LLAMA}), the family the docs' presets and patterns name")
     if not caps.cuda and _fp16_enabled(run_cfg):
         run_cfg, note = fp16_as_bf16(run_cfg)
         notes.insert(0, note)
@@ -162,9 +176,14 @@ def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
         "save_16bit": bool(zero.get("stage3_gather_16bit_weights_on_model_save") or zero.get("gather_16bit_weights_on_model_save")),
         "activation_checkpointing": isinstance(run_cfg.get("activation_checkpointing"), dict),
         "device": caps.device,
+        "model": "llama" if ranks > 1 else "mlp",
     }
     files = {"ds_config.json": json.dumps(run_cfg, indent=2), "plan.json": json.dumps(plan), "driver.py": _driver("ds_config_driver.py")}
-    return Prepared(files=files, argv=[sys.executable, "driver.py"], adaptations=notes, expect_unknown_keys=unknown)
+    argv = [sys.executable, "driver.py"]
+    if ranks > 1:
+        argv = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(ranks), "--no_local_rank",
+                "--master_port", str(free_port()), "driver.py"]
+    return Prepared(files=files, argv=argv, adaptations=notes, expect_unknown_keys=unknown)
 
 
 # names a doc fragment may use without defining them; supplied by drivers/prelude.py
@@ -307,6 +326,13 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
 
 # --------------------------------------------------------------------------- launcher
 
+def include_slots(include: str | None) -> int:
+    """How many GPU slots an `--include` value names (`localhost:0,1` -> 2; 0 when it names none)."""
+    if not include:
+        return 0
+    return sum(len(part.split(":", 1)[1].split(",")) for part in include.split("@") if ":" in part)
+
+
 def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -> Prepared:
     adaptations: list[str] = []
     if hostfile:
@@ -333,15 +359,21 @@ def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -
             return Prepared(files={"err.txt": err}, argv=[sys.executable, "-c", f"import sys; sys.exit({json.dumps('deepspeed launcher rejected the line: ' + err)})"])
         if args.module or args.no_python:
             return Prepared(skip="runs a module or a non-Python program (--module / --no_python): nothing of ours to substitute")
+        if args.bind_core_list and "<" in args.bind_core_list:
+            return Prepared(skip=f"--bind_core_list {args.bind_core_list} is a placeholder: which cores to bind is the reader's to fill in")
         files = {}
         words = ["deepspeed"]
         for flag in ("master_port", "bind_cores_to_rank", "bind_core_list", "log_level", "enable_each_rank_log"):
             v = getattr(args, flag, None)
             if v not in (None, False, "", -1) and f"--{flag}" in " ".join(launcher_words):
                 words += [f"--{flag}"] if v is True else [f"--{flag}", str(v)]
+        wanted = args.num_gpus if args.num_gpus and args.num_gpus > 0 else include_slots(args.include)
         if caps.cuda:
-            n = args.num_gpus if args.num_gpus and args.num_gpus > 0 else caps.gpus
+            n = wanted or caps.gpus
             words += ["--num_gpus", str(min(n, caps.gpus))]
+        elif wanted and 1 < wanted <= CPU_RANKS:
+            words += ["--num_gpus", str(wanted)]
+            adaptations.append(f"{wanted} CPU processes over gloo in place of {wanted} GPUs (--num_gpus {wanted})")
         else:
             words += ["--num_gpus", "1"]
             if args.num_gpus != 1:

@@ -3,7 +3,8 @@
 Requirements are detected from the code (and the notes' `requires=` tags), never guessed: fp16,
 CUDA-only code and ops, GDS, NCCL, several GPUs or nodes, libaio, packages that are not installed,
 and HF `"auto"` values. A runner that lacks one reports `skipped` with the reason, unless a CPU run
-can meet it by adapting the snippet and saying so (`cpu_adaptable`: an fp16 config runs as bf16).
+can meet it by adapting the snippet and saying so (`cpu_adaptable`: an fp16 config runs as bf16, a few
+GPUs of a launcher line or a tensor-parallel config are as many CPU processes).
 """
 
 from __future__ import annotations
@@ -135,11 +136,9 @@ def config_requirements(cfg: dict[str, Any]) -> list[Requirement]:
             reqs.append(Requirement(f"package:{package}", f"the {block} monitor is enabled"))
             if online:
                 reqs.append(Requirement("network", f"the {block} monitor logs to an online service"))
-    tp = cfg.get("tensor_parallel")
-    n_tp = tp.get("autotp_size", tp.get("tp_size", 1)) if isinstance(tp, dict) else 1
-    if isinstance(n_tp, int) and n_tp > 1:
-        n = n_tp
-        reqs.append(Requirement("multi-gpu", f"tensor parallel size {n}", n))
+    n_tp = tensor_parallel_size(cfg)
+    if n_tp > 1:
+        reqs.append(Requirement("multi-gpu", f"tensor parallel size {n_tp}", n_tp))
     ep = cfg.get("expert_parallel")
     n_ep = ep.get("autoep_size", 1) if isinstance(ep, dict) and ep.get("enabled", True) else 1
     if isinstance(n_ep, int) and n_ep > 1:
@@ -246,9 +245,25 @@ def unmet(reqs: list[Requirement], caps: Capabilities) -> list[Requirement]:
     return missing
 
 
+CPU_RANKS = 4  # CPU processes (gloo) a run may start in place of GPUs: launcher lines and tensor-parallel configs
+
+
+def tensor_parallel_size(cfg: Any) -> int:
+    """The AutoTP size a config asks for (1 when none)."""
+    tp = cfg.get("tensor_parallel") if isinstance(cfg, dict) else None
+    n = tp.get("autotp_size", tp.get("tp_size", 1)) if isinstance(tp, dict) else 1
+    return n if isinstance(n, int) and n > 1 else 1
+
+
 def cpu_adaptable(kind: str, requirement: Requirement) -> bool:
-    """A requirement a CPU run meets by adapting the snippet (and saying so in its adaptations)."""
-    return kind == "ds_config" and requirement.name == "fp16"
+    """A requirement a CPU run meets by adapting the snippet (and saying so in its adaptations): an fp16
+    config runs as bf16; up to CPU_RANKS GPUs of a launcher line or of a tensor-parallel config are as many
+    CPU processes over gloo (the run is really distributed; only the device differs)."""
+    if kind == "ds_config" and requirement.name == "fp16":
+        return True
+    if requirement.name == "multi-gpu" and 1 < requirement.count <= CPU_RANKS:
+        return kind == "launcher" or (kind == "ds_config" and requirement.why.startswith("tensor parallel size"))
+    return False
 
 
 def launcher_requirements(code: str) -> list[Requirement]:

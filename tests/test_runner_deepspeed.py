@@ -85,6 +85,19 @@ def test_launcher_snippet_runs_one_process(runner: LocalRunner) -> None:
     assert '"world_size": 1' in r.stdout and '"optimizer_steps": 3' in r.stdout
 
 
+def test_tensor_parallel_config_and_launcher_run_several_cpu_processes(runner: LocalRunner) -> None:
+    """AutoTP training for real: four CPU processes over gloo, each holding a quarter of q_proj."""
+    tp = '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}, "tensor_parallel": {"autotp_size": 4, "preset_model": "llama"}}'
+    r = runner.run(RunRequest(kind="ds_config", code=tp, timeout_s=600))
+    assert r.status == "passed", r.stderr[-3000:]
+    results = [json.loads(line.split("DSQA_RESULT ", 1)[1]) for line in r.stdout.splitlines() if "DSQA_RESULT " in line]
+    assert len(results) == 4 and {x["world_size"] for x in results} == {4} and {x["q_proj_rows"] for x in results} == {8}
+    assert all(x["optimizer_steps"] >= 3 and x["model"] == "tiny llama" for x in results)
+    two = runner.run(RunRequest(kind="launcher", code="deepspeed --num_gpus 2 train.py", timeout_s=600))
+    assert two.status == "passed", two.stderr[-3000:]
+    assert two.stdout.count('"world_size": 2') == 2
+
+
 # the same snippets through the local runner, the runner service and Ray
 SAME = [
     RunRequest(kind="python", code="import deepspeed\nprint(deepspeed.__version__)", timeout_s=300),

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from eval.answers_eval import percentiles, render_report, svg_bars, svg_histogram
-from eval.programs import adapt_config, free_names, prepare
-from eval.requirements import Capabilities, detect_requirements, unmet
+from eval.programs import adapt_config, free_names, include_slots, prepare
+from eval.requirements import CPU_RANKS, Capabilities, cpu_adaptable, detect_requirements, unmet
 from eval.runner import LocalRunner, RunRequest, RunResult, failure_reason
 from eval.sandbox import is_secret_name, scrub_env
 from eval.verify import write_ledger
@@ -123,6 +123,39 @@ def test_launcher_and_hostfile_are_rewritten_for_this_machine() -> None:
     assert not filled.skip and filled.adaptations == ["placeholder <N> filled with 1"]
     p = prepare("hostfile", "worker-1 slots=8", CPU)
     assert p.files["hostfile"] == "localhost slots=1\n" and p.adaptations
+
+
+TP4 = '{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}, "tensor_parallel": {"autotp_size": 4, "preset_model": "llama"}}'
+
+
+def test_a_few_gpus_are_as_many_cpu_processes() -> None:
+    """A launcher line or a tensor-parallel config asking for up to CPU_RANKS GPUs runs that many CPU
+    processes (gloo) and says so; more, or expert parallelism, stays skipped on CPU."""
+    launcher = detect_requirements("launcher", "deepspeed --num_gpus 2 train.py")
+    assert [cpu_adaptable("launcher", r) for r in unmet(launcher, CPU)] == [True]
+    p = prepare("launcher", "deepspeed --num_gpus 2 train.py", CPU)
+    assert p.argv[p.argv.index("--num_gpus") + 1] == "2" and "2 CPU processes over gloo in place of 2 GPUs (--num_gpus 2)" in p.adaptations
+    p = prepare("launcher", "deepspeed --include localhost:0,1 train.py", CPU)
+    assert p.argv[p.argv.index("--num_gpus") + 1] == "2"
+    assert include_slots("localhost:0,1") == 2 and include_slots("a:0,1@b:2") == 3 and include_slots(None) == 0
+    too_many = detect_requirements("launcher", f"deepspeed --num_gpus {CPU_RANKS * 2} train.py")
+    assert [cpu_adaptable("launcher", r) for r in unmet(too_many, CPU)] == [False]
+    assert "placeholder" in prepare("launcher", "deepspeed --bind_cores_to_rank --bind_core_list <0-27> --num_gpus 2 x.py", CPU).skip
+    tp = detect_requirements("ds_config", TP4)
+    assert [r.why for r in unmet(tp, CPU)] == ["tensor parallel size 4"] and all(cpu_adaptable("ds_config", r) for r in unmet(tp, CPU))
+    p = prepare("ds_config", TP4, CPU)
+    assert p.argv[1:5] == ["-m", "deepspeed.launcher.runner", "--num_gpus", "4"] and p.argv[-1] == "driver.py"
+    assert json.loads(p.files["plan.json"])["model"] == "llama" and json.loads(p.files["ds_config.json"])["train_batch_size"] == 8
+    assert any(a.startswith("4 processes, one per tensor-parallel rank (CPU processes over gloo") for a in p.adaptations)
+    assert prepare("ds_config", '{"train_batch_size": 8}', CPU).argv[-1] == "driver.py"  # one process, no launcher
+    assert json.loads(prepare("ds_config", '{"train_batch_size": 8}', CPU).files["plan.json"])["model"] == "mlp"
+    ep = detect_requirements("ds_config", '{"expert_parallel": {"enabled": true, "autoep_size": 4, "preset_model": "mixtral"}}')
+    assert [cpu_adaptable("ds_config", r) for r in unmet(ep, CPU)] == [False]
+    custom = '{"tensor_parallel": {"autotp_size": 4, "partition_config": {"use_default_specs": false, "layer_specs": []}}}'
+    assert prepare("ds_config", custom, CPU).skip.startswith("custom AutoTP layer patterns")
+    compiled = '{"tensor_parallel": {"autotp_size": 4}, "compile": {"deepcompile": true}}'
+    assert prepare("ds_config", compiled, CPU).skip.startswith("tensor parallelism through a compiled graph")
+    assert "more processes" in prepare("ds_config", '{"tensor_parallel": {"autotp_size": 8}}', CPU).skip
 
 
 def test_env_is_scrubbed() -> None:

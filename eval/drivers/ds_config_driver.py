@@ -1,7 +1,9 @@
 """dsqa: run a DeepSpeed config for real (written into the sandbox by eval/programs.py).
 
 A tiny MLP through deepspeed.initialize with ds_config.json, a few real steps (forward, backward,
-step), and a checkpoint save and load when plan.json says the config touches checkpointing.
+step), and a checkpoint save and load when plan.json says the config touches checkpointing. A
+tensor-parallel config runs in one process per rank (the launcher starts them) on a tiny Llama built
+from its config (no download), whose layers the docs' AutoTP presets and patterns name.
 """
 
 import json
@@ -32,18 +34,36 @@ class Tiny(torch.nn.Module):
         return deepspeed.checkpointing.checkpoint(self.l2, h) if use_ac else self.l2(h)
 
 
-model = Tiny()
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=4))
+
+
+llama = plan.get("model") == "llama"
+if llama:
+    use_ac = False
+model = tiny_llama() if llama else Tiny()
 engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
 if ac:
     deepspeed.checkpointing.configure(None, deepspeed_config=cfg)
 dtype = next(engine.module.parameters()).dtype
 micro = engine.train_micro_batch_size_per_gpu()
 device = engine.device
+
+
+def batch_loss():
+    if llama:  # the same tokens on every rank of a tensor-parallel group
+        ids = torch.randint(0, 64, (micro, 8), device=device)
+        return engine(input_ids=ids, labels=ids).loss
+    x = torch.randn(micro, D, device=device)
+    return torch.nn.functional.mse_loss(engine(x.to(dtype)).float(), x.flip(-1))
+
+
 losses = []
 for _ in range(plan["steps"]):
-    x = torch.randn(micro, D, device=device)
-    out = engine(x.to(dtype))
-    loss = torch.nn.functional.mse_loss(out.float(), x.flip(-1))
+    loss = batch_loss()
     engine.backward(loss)
     engine.step()
     losses.append(float(loss.item()))
@@ -53,7 +73,9 @@ if engine.global_steps < 1:
     raise SystemExit(f"no optimizer step in {plan['steps']} micro steps")
 result = {"micro_steps": len(losses), "optimizer_steps": engine.global_steps, "first_loss": losses[0],
           "last_loss": losses[-1], "dtype": str(dtype), "zero_stage": engine.zero_optimization_stage(),
-          "activation_checkpointing": use_ac}
+          "activation_checkpointing": use_ac, "world_size": deepspeed.comm.get_world_size(), "model": "tiny llama" if llama else "tiny mlp"}
+if llama:  # how many of q_proj's 32 output rows this rank holds: 8 when AutoTP split it four ways
+    result["q_proj_rows"] = int(engine.module.model.layers[0].self_attn.q_proj.weight.shape[0])
 if plan.get("checkpoint"):
     engine.save_checkpoint("ckpt", tag="dsqa")
     universal = isinstance(cfg.get("checkpoint"), dict) and cfg["checkpoint"].get("load_universal")
@@ -63,8 +85,7 @@ if plan.get("checkpoint"):
         path, client = engine.load_checkpoint("ckpt", tag="dsqa")
         if path is None:
             raise SystemExit("load_checkpoint found nothing to load")
-        x = torch.randn(micro, D, device=device)
-        loss = torch.nn.functional.mse_loss(engine(x.to(dtype)).float(), x.flip(-1))
+        loss = batch_loss()
         engine.backward(loss)
         engine.step()
         result["checkpoint"] = "saved and loaded, then one more step"
