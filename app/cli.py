@@ -209,11 +209,13 @@ def cmd_fetch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
+    from eval.question_set import OUTSIDE_QUESTIONS
     from eval.retrieval_eval import format_table, run_retrieval_eval
 
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
-    results = run_retrieval_eval(settings, dev=args.dev, extra=args.questions, baseline=args.baseline)
+    extra = args.questions if args.questions is not None else (OUTSIDE_QUESTIONS if OUTSIDE_QUESTIONS.is_file() else None)
+    results = run_retrieval_eval(settings, dev=args.dev, extra=extra, baseline=args.baseline)
     if args.json:
         _print_json(results)
     else:
@@ -522,7 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate").add_subparsers(dest="eval_command", required=True)
     s = ev.add_parser("retrieval", help="hit@k, MRR@10, nDCG@10 and mention share: our tune and test splits, the dev set")
     s.add_argument("--dev", type=Path, default=Path("../shared/eval/dev.jsonl"), help="the dev set (skipped when absent)")
-    s.add_argument("--questions", type=Path, help="a further labelled question file, reported as its own set")
+    s.add_argument("--questions", type=Path, help="a further labelled question file, reported as its own set "
+                   "(default: eval/heldout/outside.jsonl, the questions nothing was tuned or trained on)")
     s.add_argument("--index", type=Path)
     s.add_argument("--baseline", action="store_true", help="also score the peers: BM25 alone, dense alone, RRF")
     s.add_argument("--json", action="store_true")

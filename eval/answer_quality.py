@@ -17,6 +17,8 @@ from app.schemas import AskRequest
 from eval.metrics import Question, normalise
 
 UNANSWERABLE = Path(__file__).resolve().parent / "unanswerable.jsonl"
+# questions nothing indexed answers, never trained or tuned on (beside eval/question_set.OUTSIDE_QUESTIONS)
+UNANSWERABLE_OUTSIDE = Path(__file__).resolve().parent / "heldout" / "unanswerable_outside.jsonl"
 _CITATION = re.compile(r"\s*\[\d+\]")
 _LOWER_START = re.compile(r"^[a-z]")
 _CLOSED = re.compile(r"""[.!?:;)\]"'`*。！？）]$""")

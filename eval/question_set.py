@@ -29,6 +29,9 @@ QUESTIONS_DIR = Path(__file__).resolve().parent / "questions"
 # training-only questions (written from doc sections, in users' words): the query adapter learns from
 # them beside tune; never scored, never split
 TRAINING_DIR = Path(__file__).resolve().parent / "training"
+# real-user questions no choice was made on and no model learned from (the "further set kept outside"):
+# reported beside tune, test and dev; never split, never trained on
+OUTSIDE_QUESTIONS = Path(__file__).resolve().parent / "heldout" / "outside.jsonl"
 Split = Literal["tune", "test"]
 SPLITS: tuple[Split, ...] = ("tune", "test")
 

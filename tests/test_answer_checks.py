@@ -16,7 +16,15 @@ from app.glossary import Glossary
 from app.ranking import QuerySignals, chunk_terms
 from app.retriever import Hit
 from app.settings import Settings
-from eval.answer_quality import UNANSWERABLE, answer_words, has_evidence, is_cut, load_unanswerable, segments
+from eval.answer_quality import (
+    UNANSWERABLE,
+    UNANSWERABLE_OUTSIDE,
+    answer_words,
+    has_evidence,
+    is_cut,
+    load_unanswerable,
+    segments,
+)
 from eval.question_set import split_of
 from indexer.documents import Chunk, Snippet
 from indexer.text_units import text_units, unit_table
@@ -41,6 +49,10 @@ def test_unanswerable_set_make_up() -> None:
     assert langs["en"] >= 20 and langs["zh"] >= 10
     assert all(r.get("why") and r.get("kind") for r in rows)
     assert {split_of(u.id) for u in load_unanswerable()} == {"tune", "test"}
+    outside = load_unanswerable(UNANSWERABLE_OUTSIDE)  # never trained or tuned on
+    assert len(outside) >= 80 and {u.id for u in outside}.isdisjoint({r["id"] for r in rows})
+    assert {u.question for u in outside}.isdisjoint({r["question"] for r in rows})
+    assert Counter(u.lang for u in outside)["zh"] >= 20 and all(u.kind for u in outside)
 
 
 def test_coverage_signals() -> None:

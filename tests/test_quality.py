@@ -21,9 +21,10 @@ from app.schemas import AskRequest
 from app.settings import Settings
 from eval.abstention_training import train_abstention
 from eval.adapter_training import train_adapter
-from eval.answer_quality import answer_report, load_unanswerable
+from eval.answer_quality import UNANSWERABLE_OUTSIDE, answer_report, load_unanswerable
 from eval.answer_training import train_answer_units
-from eval.question_set import QUESTIONS_DIR, load_split, split_of
+from eval.metrics import load_questions
+from eval.question_set import OUTSIDE_QUESTIONS, QUESTIONS_DIR, load_split, split_of
 from eval.ranker_training import train_ranker
 from eval.retrieval_eval import format_table, peers, question_sets, score_sets
 from indexer.identifiers import ABBREVIATIONS
@@ -39,26 +40,39 @@ def engine(real_index: Path):  # noqa: ANN201
 
 @pytest.fixture(scope="module")
 def scores(engine, dev_questions: Path) -> dict[str, dict]:
-    results = score_sets(peers(engine), engine.index, question_sets(QUESTIONS_DIR, dev_questions))
+    results = score_sets(peers(engine), engine.index, question_sets(QUESTIONS_DIR, dev_questions, OUTSIDE_QUESTIONS))
     print("\n" + format_table(results))
     return results
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing on the 170-question test split: hit@1 0.635, hit@5 0.859, MRR@10 0.736, zh hit@5
-    0.857 (with 76 known-cause sections among the notes). In the stop that landed them, in order: the sentence-level cosine among the ranker's features
-    (tune CV MRR@10 0.766 -> 0.774; test 0.629 / 0.853 / 0.732 / 0.837 -> 0.629 / 0.865 / 0.736 / 0.878),
-    then one passage per section (tune cross-fitted hit@5 0.872 -> 0.883; test hit@5 0.865 -> 0.859, zh
-    0.878 -> 0.857). The query adapter (`app/query_adapter.py`, fitted on tune and 200 training-only
-    questions) came the stop before; without any adapter then: 0.594 / 0.818 / 0.705 / 0.837. Issue 9's
-    targets, 0.65 / 0.92 / 0.75 / 0.90, are not reached; these floors keep what was won, about two
-    questions of margin."""
+    """Measured at landing on the 213-question test split: hit@1 0.638, hit@5 0.883, MRR@10 0.744, zh hit@5
+    0.873. The set grew by 100 real-user questions in that stop (tune 188 -> 245) and the four models were
+    retrained on the larger tune half: on the 170 test questions of the stop before, 0.624 / 0.853 / 0.732 /
+    0.837 -> 0.653 / 0.876 / 0.750 / 0.878. Earlier: the sentence-level cosine among the ranker's features,
+    one passage per section, the query adapter (`app/query_adapter.py`, fitted on tune and 200
+    training-only questions). Issue 9's targets, 0.65 / 0.92 / 0.75 / 0.90, are not reached; these floors
+    keep what was won, about two questions of margin."""
     t = scores["shipped"]["test"]
-    assert t["all"]["hit@5"] >= 0.845
-    assert t["all"]["hit@1"] >= 0.61
-    assert t["all"]["mrr@10"] >= 0.72
-    assert t["zh"]["hit@5"] >= 0.81
+    assert t["all"]["hit@5"] >= 0.87
+    assert t["all"]["hit@1"] >= 0.62
+    assert t["all"]["mrr@10"] >= 0.73
+    assert t["zh"]["hit@5"] >= 0.84
     assert t["all"]["median_top5_words"] <= 350
+
+
+def test_floors_on_the_outside_set(scores: dict[str, dict]) -> None:
+    """`eval/heldout/outside.jsonl`: 80 real-user questions written after every model was trained and never
+    split, tuned or trained on. Measured at landing: hit@1 0.525, hit@5 0.775, MRR@10 0.631, zh hit@5 0.743
+    (35 zh): well under the test split, so the test figure does not carry over whole to new questions (they
+    lean to topics the set had few of, and several are answered only indirectly). Floors about two
+    questions under."""
+    o = scores["shipped"]["outside"]
+    assert o["all"]["n"] == 80
+    assert o["all"]["hit@5"] >= 0.75 and o["all"]["hit@1"] >= 0.5 and o["all"]["mrr@10"] >= 0.6
+    assert o["zh"]["hit@5"] >= 0.68
+    for name in ("bm25", "dense", "rrf"):
+        assert o["all"]["mrr@10"] > scores[name]["outside"]["all"]["mrr@10"], name
 
 
 def test_tune_and_test_agree(scores: dict[str, dict]) -> None:
@@ -125,24 +139,27 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at landing, on halves no choice was made on (served int8 query encoder), 170 answerable
-    and 115 unanswerable test questions: the answer text holds a gold phrase for 58.8% (58.2% in the stop
-    before; 60.0% and 59.4% at steps of this one); no cited segment is cut (0 of 797), median 118 words;
-    52.2% of the unanswerable test half refused (41 of the first 68, 60.3%; 19 of the 47 added at the end
-    of the stop, which the model of the time, before it saw their tune half, refused 18 of) and 3.5% (6)
-    of the answerable test split. Before the share of the ask's words no passage holds joined the
-    coverage signals: 44.1% of the 68 and 2.9%. The threshold sits at the 1.5% conformal quantile of
-    tune's answerable scores, chosen on tune's cross-validation (the 3% quantile refused 4.8% of held-out
-    answerable tune questions); tune's answerable questions are searched through cross-fitted adapters.
-    Issue 10's targets (75% evidence, 90% refused at <= 3% false) are not reached."""
+    """Measured at landing (served int8 query encoder), on sets no choice was made on. The test split, 213
+    answerable and 114 unanswerable questions (un-159 left the set: the docs answer it): the answer text
+    holds a gold phrase for 58.7% (zh 57.1%); no cited segment is cut (0 of 1002), median 117.5 words;
+    57.0% of the unanswerable ones refused and 2.3% (5) of the answerable ones. The outside sets
+    (`eval/heldout/`, 80 answerable, 80 unanswerable, never trained or tuned on): 43.8% hold a gold phrase,
+    60.0% refused, 2.5% (2) of the answerable refused. The threshold sits at the 1.5% conformal quantile
+    of tune's answerable scores, chosen on tune's cross-validation. Issue 10's targets (75% evidence, 90%
+    refused at <= 3% false) are not reached."""
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.575
+    assert report["evidence_in_answer"] >= 0.57
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
-    assert report["abstention"] >= 0.5
-    assert report["false_abstention"] <= 0.045
+    assert report["abstention"] >= 0.54
+    assert report["false_abstention"] <= 0.035
+    outside = answer_report(engine, load_questions(OUTSIDE_QUESTIONS), load_unanswerable(UNANSWERABLE_OUTSIDE))
+    print(outside)
+    assert outside["answerable"] == 80 and outside["unanswerable"] == 80
+    assert outside["evidence_in_answer"] >= 0.41 and outside["cut_segments"] == 0
+    assert outside["abstention"] >= 0.55 and outside["false_abstention"] <= 0.05
 
 
 def test_each_question_kind_gets_its_answer_shape(engine) -> None:

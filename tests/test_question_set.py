@@ -12,6 +12,7 @@ import pytest
 
 from eval.metrics import normalise
 from eval.question_set import (
+    OUTSIDE_QUESTIONS,
     QUESTIONS_DIR,
     TRAINING_DIR,
     load_question_set,
@@ -76,7 +77,8 @@ def test_every_gold_phrase_is_verbatim_in_its_file_and_in_a_passage(real_docs: P
     passages = [normalise(c.text) for c in chunks]
     files: dict[str, str] = {}
     problems = []
-    for r in _rows():
+    outside = [json.loads(line) for line in OUTSIDE_QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for r in _rows() + outside:
         for g in r["gold"]:
             path = real_docs / g["path"]
             assert path.is_file(), f"{r['id']}: no file {g['path']}"
@@ -131,6 +133,18 @@ def test_a_training_phrase_is_found_again_or_left_out(tmp_path: Path) -> None:
     (tmp_path / "t.jsonl").write_text(json.dumps({**rows[0], "id": load_question_set()[0].id}), encoding="utf-8")
     with pytest.raises(ValueError, match="already used"):
         load_training_questions([chunk], tmp_path)
+
+
+def test_the_outside_set_shares_nothing_with_the_split_set() -> None:
+    """`eval/heldout/outside.jsonl` is never split or trained on: its ids, threads and questions are its own."""
+    outside = [json.loads(line) for line in OUTSIDE_QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = _rows()
+    assert len(outside) >= 80 and len({r["id"] for r in outside}) == len(outside)
+    assert {r["id"] for r in outside}.isdisjoint({r["id"] for r in rows})
+    assert {r["origin"] for r in outside}.isdisjoint({r["origin"] for r in rows})
+    assert Counter(r["lang"] for r in outside)["zh"] >= 20
+    assert not any(q.id in {r["id"] for r in outside} for q in load_question_set())
+    assert OUTSIDE_QUESTIONS.parent != QUESTIONS_DIR
 
 
 def test_questions_dir_holds_only_question_files() -> None:
