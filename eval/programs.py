@@ -373,6 +373,8 @@ def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -
             words += ["--num_gpus", str(min(n, caps.gpus))]
         elif wanted and 1 < wanted <= CPU_RANKS:
             words += ["--num_gpus", str(wanted)]
+            if "--master_port" not in words:
+                words += ["--master_port", str(free_port())]
             adaptations.append(f"{wanted} CPU processes over gloo in place of {wanted} GPUs (--num_gpus {wanted})")
         else:
             words += ["--num_gpus", "1"]

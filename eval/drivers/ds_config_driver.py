@@ -8,6 +8,7 @@ from its config (no download), whose layers the docs' AutoTP presets and pattern
 
 import json
 import math
+import sys
 
 import deepspeed
 import torch
@@ -92,4 +93,5 @@ if plan.get("checkpoint"):
 if plan.get("save_16bit"):
     engine.save_16bit_model("ckpt16")
     result["save_16bit_model"] = True
-print("DSQA_RESULT " + json.dumps(result))
+sys.stdout.write("DSQA_RESULT " + json.dumps(result) + "\n")  # one write: the ranks of a run share stdout
+sys.stdout.flush()

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import sys
 
 import deepspeed
 import torch
@@ -20,4 +21,5 @@ for _ in range(3):
     engine.backward(loss)
     engine.step()
 rank, world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
-print("DSQA_RESULT " + json.dumps({"rank": rank, "world_size": world, "optimizer_steps": engine.global_steps}))
+sys.stdout.write("DSQA_RESULT " + json.dumps({"rank": rank, "world_size": world, "optimizer_steps": engine.global_steps}) + "\n")  # one write: ranks share stdout
+sys.stdout.flush()
