@@ -29,7 +29,7 @@ from typing import Any
 
 from eval.requirements import CPU_RANKS, Capabilities, tensor_parallel_size
 from eval.sandbox import free_port
-from indexer.launcher_line import hostfile_hosts, launcher_lines, parse_filled
+from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines, parse_filled
 from indexer.python_check import PUBLIC_NAMESPACES, strip_repl
 from indexer.snippet_check import (
     fill_config_placeholders,
@@ -325,13 +325,6 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
 
 
 # --------------------------------------------------------------------------- launcher
-
-def include_slots(include: str | None) -> int:
-    """How many GPU slots an `--include` value names (`localhost:0,1` -> 2; 0 when it names none)."""
-    if not include:
-        return 0
-    return sum(len(part.split(":", 1)[1].split(",")) for part in include.split("@") if ":" in part)
-
 
 def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -> Prepared:
     adaptations: list[str] = []

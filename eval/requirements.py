@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from indexer.launcher_line import hostfile_hosts, launcher_lines, parse_filled
+from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines, parse_filled
 from indexer.snippet_check import parse_config_text
 
 
@@ -76,6 +76,9 @@ class Requirement:
     name: str  # gpu | fp16 | cuda | nccl | gds | libaio | nvme | multi-gpu | multi-node | hf-auto | network | package:X
     why: str
     count: int = 1  # GPUs or nodes for multi-gpu / multi-node
+
+
+TP_SIZE = "tensor parallel size"  # how a tensor-parallel config's multi-gpu requirement begins its reason
 
 
 _CUDA_CODE = re.compile(
@@ -138,7 +141,7 @@ def config_requirements(cfg: dict[str, Any]) -> list[Requirement]:
                 reqs.append(Requirement("network", f"the {block} monitor logs to an online service"))
     n_tp = tensor_parallel_size(cfg)
     if n_tp > 1:
-        reqs.append(Requirement("multi-gpu", f"tensor parallel size {n_tp}", n_tp))
+        reqs.append(Requirement("multi-gpu", f"{TP_SIZE} {n_tp}", n_tp))
     ep = cfg.get("expert_parallel")
     n_ep = ep.get("autoep_size", 1) if isinstance(ep, dict) and ep.get("enabled", True) else 1
     if isinstance(n_ep, int) and n_ep > 1:
@@ -262,7 +265,7 @@ def cpu_adaptable(kind: str, requirement: Requirement) -> bool:
     if kind == "ds_config" and requirement.name == "fp16":
         return True
     if requirement.name == "multi-gpu" and 1 < requirement.count <= CPU_RANKS:
-        return kind == "launcher" or (kind == "ds_config" and requirement.why.startswith("tensor parallel size"))
+        return kind == "launcher" or (kind == "ds_config" and requirement.why.startswith(TP_SIZE))
     return False
 
 
@@ -281,11 +284,10 @@ def launcher_requirements(code: str) -> list[Requirement]:
         if args.num_gpus and args.num_gpus > 1:
             reqs.append(Requirement("multi-gpu", f"--num_gpus {args.num_gpus}", args.num_gpus))
         if args.include:
-            slots = re.findall(r"[\w.\-]+(?::([\d,]+))?", args.include)
             hosts = [h for h in args.include.split("@") if h]
             if len(hosts) > 1:
                 reqs.append(Requirement("multi-node", f"--include {args.include}", len(hosts)))
-            n = sum(len(s.split(",")) for s in slots if s)
+            n = include_slots(args.include)
             if n > 1:
                 reqs.append(Requirement("multi-gpu", f"--include {args.include}", n))
         if args.master_addr and args.master_addr not in ("localhost", "127.0.0.1"):

@@ -37,6 +37,14 @@ def command_words(line: str) -> list[str]:
     return words
 
 
+def include_slots(include: str | None) -> int:
+    """How many GPU slots an `--include` value names (`localhost:0,1` -> 2, `a:0,1@b:2` -> 3; 0 when it
+    names none)."""
+    if not include:
+        return 0
+    return sum(len(part.split(":", 1)[1].split(",")) for part in include.split("@") if ":" in part)
+
+
 def launcher_lines(code: str) -> list[list[str]]:
     """Each `deepspeed ...` command of a snippet as words (continuation lines joined); a line whose
     quoting does not close raises ValueError."""

@@ -13,12 +13,13 @@ import httpx
 import pytest
 
 from eval.answers_eval import percentiles, render_report, svg_bars, svg_histogram
-from eval.programs import adapt_config, free_names, include_slots, prepare
+from eval.programs import adapt_config, free_names, prepare
 from eval.requirements import CPU_RANKS, Capabilities, cpu_adaptable, detect_requirements, unmet
 from eval.runner import LocalRunner, RunRequest, RunResult, failure_reason
 from eval.sandbox import is_secret_name, scrub_env
 from eval.verify import write_ledger
 from indexer.documents import Snippet, content_hash
+from indexer.launcher_line import include_slots
 from indexer.snippet_status import read_ledger, verdict
 from tests.conftest import ServerThread
 
