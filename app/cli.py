@@ -61,7 +61,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 
     out = args.out or settings.index_dir
     docs_dir, ref = resolve_docs_dir(settings, args.docs, try_fetch=False)
-    embedder = SentenceTransformerEmbedder(settings.embedding_model)
+    embedder = SentenceTransformerEmbedder(settings.embedding_model, bf16=None if settings.build_bf16 == "auto" else False)
     report = build_index(
         out, embedder, docs_dir=docs_dir, notes_dir=settings.notes_dir, cache_dir=settings.cache_dir,
         docs_ref=ref or None, progress=not args.quiet, batch_size=settings.embed_batch_size,

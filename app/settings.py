@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -32,6 +33,9 @@ class Settings(BaseSettings):
     batch_queries: bool = True  # concurrent questions encoded together (app/batching.py)
     encoder_threads: int = 2  # onnxruntime threads per query (2 cores: 9 ms against 16 ms with one)
     embed_batch_size: int = 32
+    # the index build's passages in bf16 where the CPU has native bf16 (2.9x faster; vectors within
+    # cosine 0.99997 of fp32); "off": fp32; queries are always encoded in fp32
+    build_bf16: Literal["auto", "off"] = "auto"
     bm25_weight: float = 0.6
     dense_weight: float = 0.4
     candidate_depth: int = 100

@@ -5,6 +5,7 @@ The fake (deterministic, same interface) exists only for fast unit tests of code
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -44,13 +45,14 @@ class SentenceTransformerEmbedder:
     """The real model, loaded by path, offline; sentence-transformers is imported (about 4 s) only
     when something is embedded through it."""
 
-    def __init__(self, model: str | None = None, device: str = "cpu", max_seq_length: int = 256):
+    def __init__(self, model: str | None = None, device: str = "cpu", max_seq_length: int = 256, bf16: bool | None = False):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         path = model or default_model_path()
         self.path = path  # exported to ONNX at index time (indexer/onnx_encoder.py)
         self.device = device
         self.max_seq_length = max_seq_length
+        self.bf16 = bf16  # False: fp32 (queries: the ONNX export matches it); None: bf16 where the CPU has it natively
         self.name = Path(path).name if Path(path).exists() else path
         if self.name == "model":  # the gt package's folder name says nothing
             self.name = "all-MiniLM-L6-v2"
@@ -75,14 +77,37 @@ class SentenceTransformerEmbedder:
     def embed(self, texts: list[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        vectors = self._model.encode(
-            texts,
-            batch_size=batch_size,
-            show_progress_bar=progress,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-        )
+        with self._precision():
+            vectors = self._model.encode(
+                texts,
+                batch_size=batch_size,
+                show_progress_bar=progress,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+            )
         return np.asarray(vectors, dtype=np.float32)
+
+    def _precision(self) -> contextlib.AbstractContextManager[object]:
+        """bf16 matrix products where the CPU does them natively (AVX512-BF16 or AMX): 2.9x faster on
+        this machine's 2 cores, vectors within cosine 0.99997 of fp32 (measured over 600 chunks), so
+        the index, the vector cache and the fp32 query encoder stay interchangeable; fp32 elsewhere."""
+        if self.bf16 is None:
+            self.bf16 = self.device == "cpu" and cpu_has_native_bf16()
+        if not self.bf16:
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU flags name a native bf16 unit (emulated bf16 would be slower than fp32)."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 class HashEmbedder:

@@ -82,3 +82,20 @@ def test_a_rebuild_with_few_new_texts_embeds_them_through_the_export(real_index:
     many = [f"passage number {i} about pipeline stages" for i in range(FEW_TEXTS + 1)]
     embed_with_cache(lazy, many, [str(i) for i in range(len(many))], None, few=few)
     assert "_model" in vars(lazy)  # more than a few: the torch model, faster in batches
+
+
+def test_bf16_build_vectors_stay_within_fp32s_cosine(embedder) -> None:
+    """The build's bf16 passages (where the CPU has native bf16) against the fp32 model queries are
+    encoded with: every vector within cosine 0.9999, so one index serves either."""
+    from indexer.embedder import SentenceTransformerEmbedder
+
+    texts = ["ZeRO stage 3 partitions the parameters, gradients and optimizer states across data-parallel ranks.",
+             "Set offload_optimizer.device to nvme and give nvme_path a fast local disk.", "流水线并行的 micro batch 数怎么设置？",
+             "deepspeed --num_gpus 2 train.py --deepspeed_config ds_config.json"]
+    bulk = SentenceTransformerEmbedder(bf16=True)
+    fp32 = embedder.embed(texts)
+    half = bulk.embed(texts)
+    assert embedder.bf16 is False and half.dtype == np.float32
+    assert np.allclose(np.linalg.norm(half, axis=1), 1.0, atol=1e-5)
+    assert float((fp32 * half).sum(axis=1).min()) > 0.9999
+    assert not np.array_equal(fp32, half)  # bf16 did run: the vectors are not fp32's bit for bit

@@ -18,10 +18,31 @@ import numpy as np
 import pytest
 
 from indexer.build import build_index
-from indexer.embedder import HashEmbedder, VectorCache, embed_with_cache
+from indexer.embedder import (
+    HashEmbedder,
+    SentenceTransformerEmbedder,
+    VectorCache,
+    cpu_has_native_bf16,
+    embed_with_cache,
+)
 from indexer.fetch import FetchError, current_docs_dir, fetch_docs
 from indexer.store import IndexError_, load_index
 from indexer.tokenize import chunk_term_sets
+
+
+def test_bf16_is_used_only_where_the_cpu_has_it_natively(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n")
+    assert not cpu_has_native_bf16(info)  # AVX-512 without its bf16 unit: emulated bf16 is slower than fp32
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_tile\n")
+    assert cpu_has_native_bf16(info)
+    info.write_text("flags\t\t: fpu amx_bf16 amx_tile\n")
+    assert cpu_has_native_bf16(info)
+    assert not cpu_has_native_bf16(tmp_path / "absent")
+    assert SentenceTransformerEmbedder().bf16 is False  # queries and tests: fp32 unless the build asks
+    auto = SentenceTransformerEmbedder(bf16=None)
+    auto._precision()
+    assert auto.bf16 is cpu_has_native_bf16()
 
 
 def test_build_writes_manifest_and_reuses_vectors(tiny_docs: Path, tmp_path: Path) -> None:
