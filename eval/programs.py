@@ -1,7 +1,7 @@
 """Turn a snippet into a program that exercises it for real, or a reasoned `skip`.
 
-- ds_config: parsed with `parse_config_text` (placeholders like `[true|false]` take their first
-  choice), merged into a minimal base when it is a fragment, run through `deepspeed.initialize` on a
+- ds_config: parsed with `parse_config_mended` (as written, or with a missing comma or `=` for `:`
+  mended, which the run names; placeholders like `[true|false]` take their first choice), merged into a minimal base when it is a fragment, run through `deepspeed.initialize` on a
   tiny MLP for a few real steps (forward, backward, step), with a checkpoint save and load when the
   config touches checkpointing. Only world-size-dependent values are adapted (train_batch_size for
   world size 1, hpZ partition sizes), and fp16 runs as bf16 on CPU; every adaptation is listed in
@@ -33,11 +33,12 @@ from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines,
 from indexer.python_check import PUBLIC_NAMESPACES, strip_repl
 from indexer.snippet_check import (
     fill_config_placeholders,
-    parse_config_text,
+    parse_config_mended,
     placed,
     stage_it_needs,
     with_stage,
 )
+from indexer.snippet_status import REPAIRED_SYNTAX
 
 RUNNABLE_KINDS = ("ds_config", "python", "launcher", "hostfile")
 DRIVERS = Path(__file__).resolve().parent / "drivers"
@@ -124,9 +125,11 @@ def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
 
     filled, notes_filled = fill_config_placeholders(code)
     try:
-        cfg, fragment = parse_config_text(filled)
+        cfg, fragment, repairs = parse_config_mended(filled)
     except ValueError as exc:
         return Prepared(skip=f"not a readable config: {exc}"[:300])
+    if repairs:
+        notes_filled.insert(0, f"{REPAIRED_SYNTAX} ({'; '.join(repairs)}): the page's text does not parse as written")
     if not isinstance(cfg, dict):
         return Prepared(skip="not a JSON object")
     cfg, where = placed(cfg)

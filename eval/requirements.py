@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines, parse_filled
-from indexer.snippet_check import parse_config_text
+from indexer.snippet_check import parse_config_mended
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ def detect_requirements(kind: str, code: str, tags: tuple[str, ...] | list[str] 
     reqs = [Requirement(t, f"tagged requires={t}") for t in tags if t and t != "cpu"]
     if kind == "ds_config":
         try:
-            cfg, _ = parse_config_text(code)
+            cfg, _, _ = parse_config_mended(code)  # what a run would read (JSON slips mended)
         except ValueError:
             cfg = None
         if isinstance(cfg, dict):

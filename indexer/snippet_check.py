@@ -114,6 +114,38 @@ def _json_fix(code: str) -> str:
     return "; ".join(fixes)
 
 
+def repair_json_slips(code: str) -> tuple[str, list[str]]:
+    """The text with the two slips `_json_fix` names that have one sure repair: a missing comma between
+    a value's end and the next `"key"` line, and `=` written for `:` after a key; with what was
+    changed (none: the text as given)."""
+    lines = code.split("\n")
+    repairs: list[str] = []
+    following = [next((n for n in lines[i + 1:] if n.strip()), "") for i in range(len(lines))]
+    for i, line in enumerate(lines):
+        body = line.rstrip()
+        if re.search(r"([}\]\"\d]|\btrue|\bfalse|\bnull)$", body) and following[i].lstrip().startswith('"'):
+            lines[i] = body + ","
+            repairs.append(f"a comma added at the end of line {i + 1}")
+    text, n = re.subn(r"(\"[\w.-]+\")\s*=\s*", r"\1: ", "\n".join(lines))
+    if n:
+        repairs.append(f"':' for '=' after {n} key{'s' if n > 1 else ''}")
+    return text, repairs
+
+
+def parse_config_mended(code: str) -> tuple[Any, bool, list[str]]:
+    """`parse_config_text`, and when the text does not read, the same after `repair_json_slips`:
+    (value, is_fragment, repairs made). For running a config (the static check judges it as written)."""
+    try:
+        cfg, fragment = parse_config_text(code)
+        return cfg, fragment, []
+    except ValueError:
+        repaired, repairs = repair_json_slips(code)
+        if not repairs:
+            raise
+        cfg, fragment = parse_config_text(repaired)
+        return cfg, fragment, repairs
+
+
 def place_fragment(cfg: dict[str, Any]) -> str | None:
     """Where in a ds_config an excerpt's keys belong: '' when they are top-level keys, the section
     path whose keys they all are (`"schedule_type": ...` sits in curriculum_learning), or None when

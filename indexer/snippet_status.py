@@ -29,6 +29,9 @@ STATUSES = (RAN, CHECKED, TEMPLATE, FAILS, NOT_CHECKED)
 LABELS = {RAN: "ran", CHECKED: "checked", TEMPLATE: "template", FAILS: "fails", NOT_CHECKED: "not checked"}
 SHOW_ORDER = {RAN: 0, CHECKED: 1, TEMPLATE: 2, NOT_CHECKED: 3, FAILS: 4}  # most worth showing first
 
+# the adaptation a run names when it repaired a config's JSON syntax first (`eval/programs.py`)
+REPAIRED_SYNTAX = "JSON syntax repaired first"
+
 # who a failed run is blamed on (`eval/failure_blame.py` decides)
 BLAME_SNIPPET, BLAME_HARNESS, BLAME_ENVIRONMENT = "snippet", "harness", "environment"
 
@@ -54,12 +57,17 @@ def run_failed_the_snippet(run: dict[str, Any]) -> bool:
 def verdict(status: str, reason: str, checked_with: str, run: dict[str, Any] | None = None) -> Verdict:
     """The status a user sees and its words, from the static check and the latest run (if any)."""
     version = f" against deepspeed {checked_with}" if checked_with else ""
+    repaired = [str(a) for a in (run or {}).get("adaptations") or [] if str(a).startswith(REPAIRED_SYNTAX)]
+    if run and run.get("status") == "passed" and status == FAILS and repaired:
+        # the page's text does not parse; the run shows the config itself works once that is mended
+        what = repaired[0].split(": the page")[0].replace(REPAIRED_SYNTAX, "with its JSON syntax repaired")
+        return Verdict(FAILS, f"fails as written{version}: {reason}; a run {_where(run)} passed {what}"[:400])
     if run and run.get("status") == "passed" and status == FAILS:
         # the static check names code deepspeed rejects; a run that passed did not reach it (a
         # function never called, fp16 run as bf16): the snippet still fails where it says
         return Verdict(FAILS, f"fails{version}: {reason}; a run {_where(run)} passed without reaching it"[:400])
     if run and run.get("status") == "passed":
-        how = "; ".join(str(a) for a in run.get("adaptations") or [] if str(a).startswith(("ran ", "as ", "placeholder", "ZeRO stage")))
+        how = "; ".join(str(a) for a in run.get("adaptations") or [] if str(a).startswith(("ran ", "as ", "placeholder", "ZeRO stage", REPAIRED_SYNTAX)))
         return Verdict(RAN, f"ran {_where(run)}" + (f" ({how})" if how else ""))
     if run and run_failed_the_snippet(run):
         return Verdict(FAILS, f"a run {_where(run)} failed: {run.get('reason', '')}"[:300])

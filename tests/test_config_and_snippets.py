@@ -277,3 +277,32 @@ def test_blame_rules_on_small_cases() -> None:
     pinned = blame_failure("python", "p = get_accelerator().pin_memory(t)\nassert get_accelerator().is_pinned(p)", "failed",
                            "AssertionError", 'File "snippet.py", line 2\nAssertionError')
     assert pinned.party == "environment"
+
+
+def test_a_config_with_a_json_slip_runs_mended_and_says_so() -> None:
+    """A docs config missing a comma (or with `=` for `:`) stays `fails` as written; a run mends the slip,
+    names the mending among its adaptations, and the user's words say both."""
+    from eval.programs import prepare
+    from eval.requirements import Capabilities, detect_requirements
+    from indexer.snippet_check import parse_config_mended, repair_json_slips
+    from indexer.snippet_status import FAILS, RAN, REPAIRED_SYNTAX, verdict
+
+    slipped = '{\n  "zero_optimization": {\n    "stage": 2,\n    "offload_optimizer": {\n      "device": "cpu"\n    }\n    "overlap_comm": true\n  }\n}'
+    status, reason = check_ds_config(slipped)
+    assert status == "fails" and "missing comma at the end of line 6" in reason
+    text, repairs = repair_json_slips(slipped)
+    assert repairs == ["a comma added at the end of line 6"] and json.loads(text)["zero_optimization"]["overlap_comm"] is True
+    assert parse_config_mended('"checkpoint": {"tag_validation"="Warn", "load_universal"=false}')[2] == ["':' for '=' after 2 keys"]
+    assert repair_json_slips('{"a": 1}') == ('{"a": 1}', [])
+    prepared = prepare("ds_config", slipped, Capabilities(device="cpu"))
+    assert not prepared.skip and prepared.adaptations[0].startswith(REPAIRED_SYNTAX + " (a comma added at the end of line 6)")
+    monitors = '{\n  "tensorboard": {"enabled": true, "output_path": "out/"}\n  "csv_monitor": {"enabled": true}\n}'
+    assert any(r.name == "package:tensorboard" for r in detect_requirements("ds_config", monitors))  # needs seen through the slip
+    run = {"status": "passed", "device": "cpu", "deepspeed": "0.19.8", "time": "2026-12-01", "adaptations": prepared.adaptations}
+    shown = verdict(status, reason, "0.19.8", run)
+    assert shown.status == FAILS and shown.words.startswith("fails as written against deepspeed 0.19.8: not valid JSON")
+    assert "passed with its JSON syntax repaired (a comma added at the end of line 6)" in shown.words
+    fragment = verdict("template", "", "0.19.8", run)
+    assert fragment.status == RAN and REPAIRED_SYNTAX in fragment.words
+    unreadable = prepare("ds_config", '{"a": [q_size, kv_size]}', Capabilities(device="cpu"))
+    assert unreadable.skip.startswith("not a readable config")
