@@ -19,7 +19,7 @@ from app.coverage import ABSTENTION_FILE  # noqa: E402
 from app.errors import DsqaError, as_text  # noqa: E402
 from app.query_adapter import ADAPTER_FILE  # noqa: E402
 from app.ranking import RANKER_FILE  # noqa: E402
-from app.settings import Settings  # noqa: E402
+from app.settings import Settings, SettingsError, settings_from_env  # noqa: E402
 
 log = logging.getLogger("dsqa")
 
@@ -559,7 +559,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    settings = Settings()
+    try:
+        settings = settings_from_env()
+    except SettingsError as exc:
+        print(f"dsqa: {exc}", file=sys.stderr)
+        return 2
     try:
         return int(args.fn(args, settings) or 0)
     except DsqaError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.input_policy import InputLimits
@@ -87,6 +87,19 @@ class Settings(BaseSettings):
     verify_timeout_s: float = 120.0  # per snippet
     mcp_max_words: int = 1500  # word budget of one MCP tool reply
     log_json: bool = True  # one JSON line per request (route, status, duration) on the dsqa.access logger
+
+
+class SettingsError(ValueError):
+    """A DSQA_* environment value that does not fit its setting (the message names the variable)."""
+
+
+def settings_from_env() -> Settings:
+    """The settings of an entry point, or a SettingsError naming each bad variable and what it needs."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = [f"DSQA_{'_'.join(str(p) for p in e['loc']).upper()}={e.get('input')!r}: {e['msg']}" for e in exc.errors()]
+        raise SettingsError("bad setting: " + "; ".join(problems)) from None
 
 
 def input_limits(settings: Settings) -> InputLimits:

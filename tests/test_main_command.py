@@ -50,3 +50,15 @@ def test_up_without_docs_still_serves_and_says_what_is_missing(tmp_path: Path) -
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_bad_setting_is_named_without_a_traceback(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli import main
+
+    monkeypatch.setenv("DSQA_WORKERS", "two")
+    monkeypatch.setenv("DSQA_BUILD_BF16", "maybe")
+    assert main(["index", "--out", "/nonexistent/never-written"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dsqa: bad setting: ") and "Traceback" not in err
+    assert "DSQA_WORKERS='two'" in err and "valid integer" in err
+    assert "DSQA_BUILD_BF16='maybe'" in err and "'auto' or 'off'" in err
