@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.requirements import CPU_RANKS, Capabilities, tensor_parallel_size
+from eval.requirements import CPU_RANKS, TP_SIZE, Capabilities, tensor_parallel_size
 from eval.sandbox import free_port
 from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines, parse_filled
 from indexer.python_check import PUBLIC_NAMESPACES, strip_repl
@@ -38,7 +38,7 @@ from indexer.snippet_check import (
     stage_it_needs,
     with_stage,
 )
-from indexer.snippet_status import REPAIRED_SYNTAX
+from indexer.snippet_status import repaired_syntax_note
 
 RUNNABLE_KINDS = ("ds_config", "python", "launcher", "hostfile")
 DRIVERS = Path(__file__).resolve().parent / "drivers"
@@ -129,7 +129,7 @@ def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
     except ValueError as exc:
         return Prepared(skip=f"not a readable config: {exc}"[:300])
     if repairs:
-        notes_filled.insert(0, f"{REPAIRED_SYNTAX} ({'; '.join(repairs)}): the page's text does not parse as written")
+        notes_filled.insert(0, repaired_syntax_note(repairs))
     if not isinstance(cfg, dict):
         return Prepared(skip="not a JSON object")
     cfg, where = placed(cfg)
@@ -145,7 +145,7 @@ def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
         return Prepared(skip="custom AutoTP layer patterns name one model's own layers (a fused gate_up_proj...): "
                              "the stand-in tiny Llama need not have them, so the run would not test the snippet")
     if ranks > (caps.gpus if caps.cuda else CPU_RANKS):
-        return Prepared(skip=f"tensor parallel size {ranks}: more processes than this runner starts")
+        return Prepared(skip=f"{TP_SIZE} {ranks}: more processes than this runner starts")
     world = 1  # the data-parallel size: every rank of the run holds one tensor-parallel slice
     run_cfg, notes = adapt_config(cfg, world)
     notes[:0] = notes_filled + ([f"an excerpt: placed under {where}"] if where else [])

@@ -31,6 +31,12 @@ SHOW_ORDER = {RAN: 0, CHECKED: 1, TEMPLATE: 2, NOT_CHECKED: 3, FAILS: 4}  # most
 
 # the adaptation a run names when it repaired a config's JSON syntax first (`eval/programs.py`)
 REPAIRED_SYNTAX = "JSON syntax repaired first"
+_AS_WRITTEN = "the page's text does not parse as written"
+
+
+def repaired_syntax_note(repairs: list[str]) -> str:
+    """The adaptation naming the JSON repairs a run made (`verdict` reads it back)."""
+    return f"{REPAIRED_SYNTAX} ({'; '.join(repairs)}): {_AS_WRITTEN}"
 
 # who a failed run is blamed on (`eval/failure_blame.py` decides)
 BLAME_SNIPPET, BLAME_HARNESS, BLAME_ENVIRONMENT = "snippet", "harness", "environment"
@@ -60,7 +66,7 @@ def verdict(status: str, reason: str, checked_with: str, run: dict[str, Any] | N
     repaired = [str(a) for a in (run or {}).get("adaptations") or [] if str(a).startswith(REPAIRED_SYNTAX)]
     if run and run.get("status") == "passed" and status == FAILS and repaired:
         # the page's text does not parse; the run shows the config itself works once that is mended
-        what = repaired[0].split(": the page")[0].replace(REPAIRED_SYNTAX, "with its JSON syntax repaired")
+        what = repaired[0].removesuffix(f": {_AS_WRITTEN}").replace(REPAIRED_SYNTAX, "with its JSON syntax repaired")
         return Verdict(FAILS, f"fails as written{version}: {reason}; a run {_where(run)} passed {what}"[:400])
     if run and run.get("status") == "passed" and status == FAILS:
         # the static check names code deepspeed rejects; a run that passed did not reach it (a
