@@ -113,6 +113,36 @@ def fp16_as_bf16(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return cfg, FP16_ON_CPU
 
 
+NVME_RUN_DIR = "nvme_swap"  # relative to the run's own folder, created by deepspeed's swapper
+NVME_TINY_BUFFER = 100_000  # elements per pinned swap buffer: ample for the tiny model, within an 8 MB RLIMIT_MEMLOCK
+
+
+def nvme_offload_in_run_dir(cfg: dict[str, Any]) -> list[str]:
+    """NVMe offload swaps through libaio into `nvme_path`: a run points it at a folder of its own (this
+    machine may have no NVMe drive, and a reader's path is theirs), so the same async I/O path runs
+    through the local filesystem; the parameter swap buffers, pinned and sized for a real model
+    (1e8 elements each by default), are sized for the tiny one. Changes `cfg` in place; the
+    adaptations, said."""
+    notes: list[str] = []
+    zero = cfg.get("zero_optimization")
+    for block in ("offload_param", "offload_optimizer"):
+        off = zero.get(block) if isinstance(zero, dict) else None
+        if not (isinstance(off, dict) and off.get("device") == "nvme"):
+            continue
+        was = off.get("nvme_path")
+        off["nvme_path"] = NVME_RUN_DIR
+        notes.append(f"zero_optimization.{block}.nvme_path {was!s} -> a folder of the run (libaio async I/O through "
+                     "the local filesystem, not an NVMe drive)")
+        size = off.get("buffer_size", 100_000_000)
+        if block == "offload_param" and isinstance(size, (int, float)) and size > NVME_TINY_BUFFER:
+            off["buffer_size"] = NVME_TINY_BUFFER
+            notes.append(f"zero_optimization.offload_param.buffer_size {size:g} -> {NVME_TINY_BUFFER:g} elements (sized for the tiny model)")
+    if notes:
+        notes.append("NVMe swapping is set up (libaio handles, pinned buffers, swap folders), but the tiny model's tensors "
+                     "are under deepspeed's 1 MB swap minimum, so none is swapped out")
+    return notes
+
+
 def _touches_checkpointing(cfg: dict[str, Any]) -> bool:
     if "checkpoint" in cfg:
         return True
@@ -152,6 +182,7 @@ def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
     if ranks > 1:
         notes.append(f"{ranks} processes, one per tensor-parallel rank" + (" (CPU processes over gloo in place of GPUs)" if not caps.cuda else "")
                      + f"; the model is a tiny Llama ({TINY_LLAMA}), the family the docs' presets and patterns name")
+    notes += nvme_offload_in_run_dir(run_cfg)
     if not caps.cuda and _fp16_enabled(run_cfg):
         run_cfg, note = fp16_as_bf16(run_cfg)
         notes.insert(0, note)

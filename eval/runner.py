@@ -191,6 +191,8 @@ class LocalRunner:
             # the ops every CPU engine loads, built once by the trusted step before any snippet needs them
             # (else the first run compiles them in its own copy and the build step compiles them again)
             self.ops.build(CPU_ENGINE_OPS, build_env)
+        if caps.aio and self.isolate and any(r.name in ("libaio", "nvme") for r in reqs):
+            self.ops.build(("async_io",), build_env)  # DeepNVMe's op: ~3 min to compile on two cores, once
         started = time.time()
 
         def run_once() -> Any:

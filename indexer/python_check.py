@@ -20,6 +20,7 @@ import inspect
 import io
 import re
 import textwrap
+import tokenize
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -32,12 +33,35 @@ _PLACEHOLDER_TEXT = re.compile(r"<[A-Za-z_][\w \-/.]*>|\bYOUR_[A-Z_]+\b|\[[\w\-]
 _MISSING = object()
 
 
+def _inside_brackets(statement: str) -> bool:
+    """Whether a typed statement stops inside an open bracket or string (more lines belong to it)."""
+    try:
+        for _ in tokenize.generate_tokens(io.StringIO(statement + "\n").readline):
+            pass
+    except (tokenize.TokenError, SyntaxError):
+        return True
+    return False
+
+
 def strip_repl(code: str) -> str | None:
-    """The code typed into a `>>>` session (prompts removed, output lines dropped), or None."""
+    """The code typed into a `>>>` session (prompts removed, output lines dropped), or None. A line
+    without a prompt after a call left open (pages often drop the `...` prompts of a wrapped call) is
+    part of that call, not output."""
     lines = code.strip("\n").splitlines()
     if not lines or not any(line.startswith(">>>") for line in lines):
         return None
-    return "\n".join(_PROMPT.sub("", line) for line in lines if _PROMPT.match(line))
+    typed: list[str] = []
+    statement: list[str] = []
+    for line in lines:
+        if line.startswith(">>>"):
+            statement = [_PROMPT.sub("", line)]
+        elif _PROMPT.match(line) or (statement and _inside_brackets("\n".join(statement))):
+            statement.append(_PROMPT.sub("", line))
+        else:
+            statement = []
+            continue
+        typed.append(statement[-1])
+    return "\n".join(typed)
 
 
 @lru_cache(maxsize=4096)

@@ -7,6 +7,8 @@ bash scripts/setup.sh
 # download of its own) and docker-compose (the compose file). We run as root; installed once.
 command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 command -v docker-compose >/dev/null || (apt-get update && apt-get install -y docker-compose)
+# libaio's headers: DeepNVMe's async_io op builds on a CPU too, so NVMe-offload configs and aio snippets run
+[ -e /usr/include/libaio.h ] || (apt-get update && apt-get install -y libaio-dev)
 export DS_ACCELERATOR=cpu HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export DSQA_TEST_DOCS=${DSQA_TEST_DOCS:-$(cd .. && pwd)/shared/deepspeed-docs}
 .venv/bin/ruff check app indexer eval tests bench

@@ -136,12 +136,15 @@ def test_python_calls_bind_to_the_installed_signatures() -> None:
 
 
 def test_kinds_that_fit_repl_output_bare_config_and_templates() -> None:
+    from indexer.python_check import strip_repl
     from indexer.snippet_kinds import classify_snippet
 
     repl = ">>> from deepspeed.ops.op_builder import AsyncIOBuilder\n>>> h = AsyncIOBuilder()\n>>> h.is_compatible()\nTrue"
     assert classify_snippet(repl, "bash")[0] == "python"  # a session fenced as bash is Python
     status, reason = check_python(repl)
     assert status == "checked" and "session" in reason
+    wrapped = ">>> h = AsyncIOBuilder().load().aio_handle(block_size=1048576,\n                                  queue_depth=32)\n>>> h.get_queue_depth()\n32"
+    assert strip_repl(wrapped) == "h = AsyncIOBuilder().load().aio_handle(block_size=1048576,\n                                  queue_depth=32)\nh.get_queue_depth()"
     report = "DeepSpeed general environment info:\ndeepspeed install path ........... ['/usr/lib/deepspeed']\nasync_io ....... [NO] ....... [OKAY]"
     assert classify_snippet(report, "")[0] == "output"  # ds_report output, not a launcher line
     assert classify_snippet('"zero_optimization": {\n  "stage": 3\n}', "json")[0] == "ds_config"

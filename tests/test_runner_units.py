@@ -96,6 +96,17 @@ def test_only_world_size_values_are_adapted() -> None:
     assert same["train_batch_size"] == 32 and notes == []  # accumulation 8 at world size 1: nothing to change
 
 
+def test_nvme_offload_runs_in_a_folder_of_the_run_and_says_so() -> None:
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3,
+           "offload_param": {"device": "nvme", "nvme_path": "/local_nvme"}, "offload_optimizer": {"device": "cpu"}}}
+    p = prepare("ds_config", json.dumps(cfg), CPU)
+    run_cfg = json.loads(p.files["ds_config.json"])["zero_optimization"]
+    assert run_cfg["offload_param"]["nvme_path"] == "nvme_swap" and run_cfg["offload_param"]["buffer_size"] == 100_000
+    assert run_cfg["offload_optimizer"] == {"device": "cpu"}  # only NVMe blocks are touched
+    assert any("/local_nvme -> a folder of the run" in a and "not an NVMe drive" in a for a in p.adaptations)
+    assert any("none is swapped out" in a for a in p.adaptations)  # what the tiny run does not exercise, said
+
+
 def test_misspelt_key_is_named_before_running() -> None:
     p = prepare("ds_config", '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2, "overlap_comms": true}}', CPU)
     assert p.expect_unknown_keys and "overlap_comms" in p.expect_unknown_keys[0] and "overlap_comm'" in p.expect_unknown_keys[0]

@@ -8,6 +8,7 @@ from its config (no download), whose layers the docs' AutoTP presets and pattern
 
 import json
 import math
+import os
 import sys
 
 import deepspeed
@@ -75,6 +76,8 @@ if engine.global_steps < 1:
 result = {"micro_steps": len(losses), "optimizer_steps": engine.global_steps, "first_loss": losses[0],
           "last_loss": losses[-1], "dtype": str(dtype), "zero_stage": engine.zero_optimization_stage(),
           "activation_checkpointing": use_ac, "world_size": deepspeed.comm.get_world_size(), "model": "tiny llama" if llama else "tiny mlp"}
+if os.path.isdir("nvme_swap"):  # NVMe offload: the swap folders deepspeed made, and the files it wrote through libaio
+    result["nvme_swap_files"] = sum(len(files) for _, _, files in os.walk("nvme_swap"))
 if llama:  # how many of q_proj's 32 output rows this rank holds: 8 when AutoTP split it four ways
     result["q_proj_rows"] = int(engine.module.model.layers[0].self_attn.q_proj.weight.shape[0])
 if plan.get("checkpoint"):
