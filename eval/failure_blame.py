@@ -64,7 +64,8 @@ def _failing_line(code: str, text: str) -> str:
     return source[lines[-1] - 1]
 
 
-_SHAPE_ERROR = re.compile(r"(?:AttributeError: '(\w+)' object has no attribute|TypeError: '(\w+)' object is not (?:callable|subscriptable))")
+_SHAPE_ERROR = re.compile(r"(?:AttributeError: '(\w+)' object has no attribute|TypeError: '(\w+)' object is not (?:callable|subscriptable)"
+                          r"|TypeError: (tuple|list) indices must be integers)")
 _STAND_IN_SHAPES = {"tuple", "list", "TensorDataset", "TinyModel", "Namespace", "NoneType", "Sequential", "ArgumentParser"}
 
 
@@ -109,8 +110,8 @@ def blame_failure(kind: str, code: str, status: str, reason: str, stderr: str = 
     if any(name in text for name in ("TinyModel(", "TinyModel'")) and "TypeError" in text:
         return Blame(BLAME_HARNESS, "the harness's stand-in model or batch is not shaped like the tutorial's")
     shape = _SHAPE_ERROR.search(text)
-    if shape and any(a.startswith("prelude supplied") for a in adaptations) and (shape.group(1) or shape.group(2)) in _STAND_IN_SHAPES:
-        return Blame(BLAME_HARNESS, f"the harness's stand-ins are not shaped like the tutorial's objects (a {shape.group(1) or shape.group(2)})")
+    if shape and any(a.startswith("prelude supplied") for a in adaptations) and (shape.group(1) or shape.group(2) or shape.group(3)) in _STAND_IN_SHAPES:
+        return Blame(BLAME_HARNESS, f"the harness's stand-ins are not shaped like the tutorial's objects (a {shape.group(1) or shape.group(2) or shape.group(3)})")
     if any(a.startswith("no optimizer block") for a in adaptations) and re.search(r"optimizer|adam", text, re.I):
         return Blame(BLAME_HARNESS, "the harness's stand-in optimizer (torch AdamW) is not the one the snippet's page configures")
     if "no MoE layers detected" in text:

@@ -75,8 +75,13 @@ def adapt_config(cfg: dict[str, Any], world_size: int = 1) -> tuple[dict[str, An
         cfg["train_micro_batch_size_per_gpu"] = BASE_CONFIG["train_micro_batch_size_per_gpu"]
         notes.append("fragment merged into the minimal base: train_micro_batch_size_per_gpu=2")
     if "optimizer" not in cfg:
-        cfg["optimizer"] = BASE_CONFIG["optimizer"]
-        notes.append("no optimizer block: the base's torch AdamW (lr 1e-3) added")
+        zero_block = cfg.get("zero_optimization")
+        if isinstance(zero_block, dict) and "zenflow" in zero_block:  # ZenFlow brings its own AdamW, which takes no torch_adam
+            cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-3}}
+            notes.append("no optimizer block: AdamW (lr 1e-3) added")
+        else:
+            cfg["optimizer"] = BASE_CONFIG["optimizer"]
+            notes.append("no optimizer block: the base's torch AdamW (lr 1e-3) added")
     tbs, mbs, gas = (cfg.get(k) for k in _BATCH)
     if isinstance(tbs, int) and isinstance(mbs, int) and isinstance(gas, int) and tbs != mbs * gas * world_size:
         cfg["train_batch_size"] = mbs * gas * world_size
@@ -230,7 +235,7 @@ PRELUDE_NAMES = frozenset(
         "save_dir", "ckpt_dir", "checkpoint_dir", "load_dir", "ckpt_id", "tag", "client_sd", "client_state",
         "step", "epoch", "parameters", "model_parameters", "params", "mpu", "torch", "deepspeed", "nn", "np",
         "os", "sys", "json", "math", "time", "argparse", "dist", "get_accelerator", "F",
-        "self", "module", "parser", "micro_batch_size", "sequence_parallel_size", "trainset", "cifar_trainset",
+        "self", "module", "parser", "get_argument_parser", "micro_batch_size", "sequence_parallel_size", "trainset", "cifar_trainset",
         "dtype", "data_iter", "tensor", "chunk_size", "output_dir", "output_file", "random",
         "Model", "MyLargeModel", "Net", "weight_shape", "num_features",  # `model = Model()`: the tiny model's class
     }
@@ -271,7 +276,33 @@ def free_names(tree: ast.Module) -> list[str]:
             bound.add(node.name)
         elif isinstance(node, ast.alias):
             pass
-    return [n for n in loaded if n not in bound]
+    free = [n for n in loaded if n not in bound]
+    return free + [n for n in _read_before_written(tree) if n not in free and n not in dir(builtins)]
+
+
+def _read_before_written(tree: ast.Module) -> list[str]:
+    """Names a top-level statement reads before any earlier statement binds them (`model = model.eval()`
+    takes `model` from the page), in order; compound statements and definitions are left out."""
+    bound: set[str] = set()
+    early: list[str] = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.Expr):
+            value = stmt.value
+            if isinstance(stmt, ast.AugAssign):  # `x += 1` reads x first
+                value = ast.Tuple(elts=[stmt.target, stmt.value], ctx=ast.Load())
+            for node in ast.walk(value) if value is not None else ():
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound and node.id not in early:
+                    early.append(node.id)
+                if isinstance(node, ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
+                    break  # their own variables are not the page's
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+                bound.add(node.id)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                bound.add(node.name)
+    return early
 
 
 def import_lines(code: str) -> list[str]:
@@ -352,9 +383,13 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
     if unknown:
         return Prepared(skip=f"fragment: uses names it does not define and the prelude does not supply: {', '.join(unknown[:6])}")
     supplied = [n for n in names if n in PRELUDE_NAMES]
-    plan = {"names": supplied, "client_optimizer": "optimizer=" in src, "device": caps.device}
+    inference = bool(re.search(r"\binit_inference\(", src))  # `config` there is an inference config, not a training one
+    plan = {"names": supplied, "client_optimizer": "optimizer=" in src, "device": caps.device, "inference": inference,
+            "config_in_call": bool(re.search(r"\b(?:config|config_params)\s*=", src))}  # then args carries no config path
     files = {"snippet.py": src, "prelude.py": _driver("prelude.py"), "plan.json": json.dumps(plan), "main.py": _driver("python_main.py")}
     adaptations += [f"prelude supplied: {', '.join(supplied)}"] if supplied else []
+    if inference and {"config", "ds_config"} & set(supplied):
+        adaptations.append("the prelude's config for init_inference is empty (the inference defaults)")
     return Prepared(files=files, argv=[sys.executable, "main.py"], adaptations=adaptations)
 
 

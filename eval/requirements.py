@@ -80,21 +80,26 @@ class Requirement:
     count: int = 1  # GPUs or nodes for multi-gpu / multi-node
 
 
+DEEPSPEED_AUTO = ("/zero_optimization/zenflow/",)  # where "auto" is a value deepspeed reads itself
 TP_SIZE = "tensor parallel size"  # how a tensor-parallel config's multi-gpu requirement begins its reason
 
 
 _CUDA_CODE = re.compile(
     r"\.cuda\(|\btorch\.cuda\.(?!is_available)|get_accelerator\(\)\.device\(|[\"']cuda(?::\d+)?[\"']|\bFusedAdam\b|\bFusedLamb\b|\bFusedLion\b|"
-    r"\bcuda_graph|\bdeepspeed\.ops\.transformer\b|\bDeepSpeedTransformerLayer\b|\bapex\b|\btriton\b|\binit_inference\b"
+    r"\bcuda_graph|\bdeepspeed\.ops\.transformer\b|\bDeepSpeedTransformerLayer\b|\bapex\b|\btriton\b|"
+    # init_inference runs on a CPU (AutoTP, injection policies); its fused-kernel injection is CUDA's
+    r"\breplace_with_kernel_inject\s*=\s*True|[\"']replace_with_kernel_inject[\"']\s*:\s*True"
 )
-_HUB = re.compile(r"\b(?:from_pretrained|load_dataset|snapshot_download|hf_hub_download)\(\s*[\"'](?![./~])([\w\-]+(?:/[\w\-.]+)?)[\"']")
+_HUB = re.compile(r"\b(?:from_pretrained|load_dataset|snapshot_download|hf_hub_download)\(\s*[\"'](?![./~])([\w\-]+(?:/[\w\-.]+)?)[\"']"
+                  r"|\bpipeline\([^)]*?\bmodel\s*=\s*[\"'](?![./~])([\w\-]+(?:/[\w\-.]+)?)[\"']")
 _FP16_CODE = re.compile(r"\.half\(\)|\btorch\.(?:float16|half)\b|--fp16\b")
 _FP16_CFG = re.compile(r"[\"']fp16[\"']\s*:\s*\{[^{}]*[\"']enabled[\"']\s*:\s*(?:true|True)")
 _NCCL = re.compile(r"[\"']nccl[\"']|\bNCCL\b(?!_)|dist_backend\s*=\s*[\"']nccl")
 _GDS = re.compile(r"\bgds\b|GDSBuilder|gds_handle|[\"']use_gds[\"']\s*:\s*(?:true|True)", re.I)
 _AIO = re.compile(r"\basync_io\b|\baio_handle\b|AsyncIOBuilder|\bAsyncIOHandle\b")
 _NUM_STAGES = re.compile(r"\bnum_stages\s*=\s*(\d+)")
-_MULTI_SIZE = re.compile(r"\b(?:ep_size|mp_size|tp_size|tensor_parallel_size|sequence_parallel_size)\s*=\s*(\d+)")
+_MULTI_SIZE = re.compile(r"\b(?:ep_size|mp_size|tp_size|tensor_parallel_size|sequence_parallel_size)\s*=\s*(\d+)"
+                         r"|[\"'](?:autotp_size|tp_size|sequence_parallel_size)[\"']\s*:\s*(\d+)")
 
 
 def _walk_items(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -124,7 +129,8 @@ def config_requirements(cfg: dict[str, Any]) -> list[Requirement]:
     quant = [k for k in ("zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_nontrainable_weights") if zero.get(k) is True]
     if quant:
         reqs.append(Requirement("cuda", f"ZeRO++ {', '.join(quant)} use the CUDA quantizer op"))
-    autos = [p for p, v in _walk_items(cfg) if v == "auto"]
+    # "auto" the HF Trainer fills in; ZenFlow's own select/update settings take "auto" in deepspeed itself
+    autos = [p for p, v in _walk_items(cfg) if v == "auto" and not p.startswith(DEEPSPEED_AUTO)]
     if autos:
         reqs.append(Requirement("hf-auto", f"'auto' values ({', '.join(autos[:3])}) are filled in by the Hugging Face Trainer"))
     for p, v in _walk_items(cfg):
@@ -183,14 +189,14 @@ def python_requirements(code: str, tree: ast.AST | None) -> list[Requirement]:
         reqs.append(Requirement("nccl", "uses the NCCL backend"))
     hub = _HUB.search(code)
     if hub:
-        reqs.append(Requirement("network", f"downloads {hub.group(1)} from the Hugging Face Hub"))
+        reqs.append(Requirement("network", f"downloads {hub.group(1) or hub.group(2)} from the Hugging Face Hub"))
     if _GDS.search(code):
         reqs.append(Requirement("gds", "uses GPUDirect Storage"))
     if _AIO.search(code):
         reqs.append(Requirement("libaio", "uses DeepNVMe async I/O (libaio)"))
     for pat, what in ((_NUM_STAGES, "pipeline stages"), (_MULTI_SIZE, "parallel size")):
         for m2 in pat.finditer(code):
-            n = int(m2.group(1))
+            n = int(m2.group(1) or m2.group(2) or 1) if pat is _MULTI_SIZE else int(m2.group(1))
             if n > 1:
                 reqs.append(Requirement("multi-gpu", f"{n} {what} ({m2.group(0)})", n))
     if tree is not None:

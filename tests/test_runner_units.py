@@ -357,3 +357,33 @@ def test_a_passing_run_does_not_clear_a_static_failure_it_never_reached() -> Non
     shown = verdict("fails", "line 3: `deepspeed.checkpoint.get_cuda_rng_tracker` does not exist", "0.19.8", run)
     assert shown.status == "fails" and "passed without reaching it" in shown.words
     assert verdict("checked", "", "0.19.8", run).status == "ran"
+
+
+def test_what_inference_and_hub_snippets_need() -> None:
+    def needs(kind: str, code: str) -> set[str]:
+        return {r.name for r in detect_requirements(kind, code)}
+
+    assert needs("python", "engine = deepspeed.init_inference(model=net, config=config)") == set()  # runs on a CPU
+    assert "cuda" in needs("python", "m = deepspeed.init_inference(m, dtype=torch.float, replace_with_kernel_inject=True)")
+    assert "network" in needs("python", 'pipe = pipeline(task="text-generation", model="EleutherAI/gpt-neo-2.7B", device=0)')
+    assert "multi-gpu" in needs("python", 'cfg = {"tensor_parallel": {"autotp_size": 4}}\ndeepspeed.initialize(model=m, config=cfg)')
+    zenflow = '{"zero_optimization": {"stage": 2, "zenflow": {"select_strategy": "auto", "update_interval": "auto"}}}'
+    assert "hf-auto" not in needs("ds_config", zenflow)  # deepspeed's own "auto"
+    assert "hf-auto" in needs("ds_config", '{"train_micro_batch_size_per_gpu": "auto"}')
+
+
+def test_a_name_read_before_the_snippet_binds_it_comes_from_its_page() -> None:
+    code = "model = model.eval()\nparser = deepspeed.add_config_arguments(parser)\nx = [i for i in range(2)]\nfor a in b:\n    c = a\n"
+    assert free_names(ast.parse(code)) == ["b", "deepspeed", "model", "parser"]
+    p = prepare("python", "engine = deepspeed.init_inference(model=net, config=config)", CPU)
+    assert "the prelude's config for init_inference is empty (the inference defaults)" in p.adaptations
+    assert json.loads(p.files["plan.json"])["inference"] is True and json.loads(p.files["plan.json"])["config_in_call"] is True
+
+
+def test_a_stand_in_batch_of_the_wrong_shape_is_the_harness_fault() -> None:
+    from eval.failure_blame import blame_failure
+    from indexer.snippet_status import BLAME_HARNESS, BLAME_SNIPPET
+
+    err = 'File "snippet.py", line 3, in <module>\n    ids = batch["input_ids"]\nTypeError: tuple indices must be integers or slices, not str'
+    assert blame_failure("python", 'x = 1\n\nids = batch["input_ids"]', "failed", "TypeError", err, ["prelude supplied: batch"]).party == BLAME_HARNESS
+    assert blame_failure("python", 'b = (1, 2)\n\nids = b["input_ids"]', "failed", "TypeError", err, []).party == BLAME_SNIPPET

@@ -4,13 +4,14 @@ without defining them (eval/programs.py finds those names with ast).
 model / net: a tiny MLP (16 -> 32 -> 16); calling it with (x, y) or a batch tuple returns the MSE loss.
 optimizer: torch AdamW over model's parameters. engine / model_engine / ds_engine: deepspeed.initialize
 of that model with `ds_config`. ds_config / config: {"train_micro_batch_size_per_gpu": 2, torch AdamW}
-(no optimizer block when the snippet passes its own optimizer=). args / cmd_args: argparse.Namespace
+(no optimizer block when the snippet passes its own optimizer=; {} when it calls init_inference). args / cmd_args: argparse.Namespace
 with local_rank=0, deepspeed=True, deepspeed_config=<path of ds_config.json>. data_loader and friends:
 a list of 4 (x, y) batches of 2; dataset: a TensorDataset of 8. batch / inputs / labels / x / y: one
 batch. loss: the model's loss on that batch. criterion / loss_fn: MSELoss. device: the engine's
 device. local_rank / rank: 0; world_size: 1. save_dir, ckpt_dir, checkpoint_dir, load_dir: "checkpoints";
 ckpt_id / tag: "step0"; client_sd / client_state: {}. step / epoch: 0. mpu: None. self / module: the
-tiny model (a method-body excerpt sets its attributes on it). parser: an ArgumentParser.
+tiny model (a method-body excerpt sets its attributes on it). parser: an ArgumentParser;
+get_argument_parser (a tutorial script's own parser factory): ArgumentParser.
 micro_batch_size: 2; sequence_parallel_size: 1; trainset: the dataset; dtype: float32; data_iter: an
 iterator over the batches; tensor: one input; chunk_size: 2; output_dir / output_file: "out" /
 "out/result.txt". Model / MyLargeModel / Net: the tiny model's class; weight_shape: (16, 16);
@@ -46,7 +47,7 @@ class TinyModel(torch.nn.Module):
         return torch.nn.functional.mse_loss(out.float(), y.float()) if y is not None else out
 
 
-def provide(names, client_optimizer=False, device="cpu"):
+def provide(names, client_optimizer=False, device="cpu", inference=False, config_in_call=False):
     names = set(names)
     dev = torch.device("cuda" if device == "cuda" and torch.cuda.is_available() else "cpu")
     g = {}
@@ -65,14 +66,14 @@ def provide(names, client_optimizer=False, device="cpu"):
         json.dump(cfg, f)
     batches = [(torch.randn(2, D, device=dev), torch.randn(2, D, device=dev)) for _ in range(4)]
     simple = {
-        "model": model, "net": model, "ds_config": cfg, "config": cfg, "ds_config_path": "ds_config.json",
+        "model": model, "net": model, "ds_config": {} if inference else cfg, "config": {} if inference else cfg, "ds_config_path": "ds_config.json",
         "config_path": "ds_config.json", "batch": batches[0], "inputs": batches[0][0], "labels": batches[0][1],
         "x": batches[0][0], "y": batches[0][1], "criterion": torch.nn.MSELoss(), "loss_fn": torch.nn.MSELoss(),
         "local_rank": 0, "rank": 0, "world_size": 1, "save_dir": "checkpoints", "ckpt_dir": "checkpoints",
         "checkpoint_dir": "checkpoints", "load_dir": "checkpoints", "ckpt_id": "step0", "tag": "step0",
         "client_sd": {}, "client_state": {}, "step": 0, "epoch": 0, "mpu": None,
         "parameters": model.parameters(), "model_parameters": model.parameters(), "params": model.parameters(),
-        "self": model, "module": model, "parser": argparse.ArgumentParser(), "micro_batch_size": 2,
+        "self": model, "module": model, "parser": argparse.ArgumentParser(), "get_argument_parser": argparse.ArgumentParser, "micro_batch_size": 2,
         "sequence_parallel_size": 1, "dtype": torch.float32, "data_iter": iter(batches), "tensor": batches[0][0],
         "chunk_size": 2, "output_dir": "out", "output_file": "out/result.txt",
         "Model": TinyModel, "MyLargeModel": TinyModel, "Net": TinyModel, "weight_shape": (D, D), "num_features": D,
@@ -82,7 +83,8 @@ def provide(names, client_optimizer=False, device="cpu"):
     os.makedirs("out", exist_ok=True)
     for n in ("dataset", "train_dataset", "training_data", "trainset", "cifar_trainset"):
         simple[n] = torch.utils.data.TensorDataset(torch.randn(8, D), torch.randn(8, D))
-    args = argparse.Namespace(local_rank=0, deepspeed=True, deepspeed_config="ds_config.json", deepscale=False,
+    # deepspeed.initialize refuses a config both in args and in the call: a snippet passing config= gets args without one
+    args = argparse.Namespace(local_rank=0, deepspeed=True, deepspeed_config=None if config_in_call else "ds_config.json", deepscale=False,
                               deepscale_config=None, deepspeed_mpi=False)
     simple["args"] = simple["cmd_args"] = args
     for n in names & set(simple):

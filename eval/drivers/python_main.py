@@ -11,6 +11,7 @@ init = {}
 if plan["names"]:
     import prelude
 
-    init = prelude.provide(plan["names"], client_optimizer=plan.get("client_optimizer", False), device=plan.get("device", "cpu"))
+    init = prelude.provide(plan["names"], client_optimizer=plan.get("client_optimizer", False), device=plan.get("device", "cpu"),
+                           inference=plan.get("inference", False), config_in_call=plan.get("config_in_call", False))
 sys.argv = ["snippet.py"]
 runpy.run_path("snippet.py", init_globals=init, run_name="__main__")
