@@ -55,6 +55,12 @@ def _bound_names(code: str) -> set[str] | None:
         return None
 
 
+def _last_error(text: str) -> str:
+    """The last `SomeError: message` line of a traceback (else the text's last line)."""
+    found = re.findall(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+(?:Error|Exception|Exit)|AssertionError)\b.*)$", text, re.M)
+    return found[-1] if found else text.strip().splitlines()[-1] if text.strip() else ""
+
+
 def _failing_line(code: str, text: str) -> str:
     """The snippet's own line the traceback last passed through ('' when it names none)."""
     lines = [int(n) for n in _SNIPPET_FRAME.findall(text)]
@@ -112,7 +118,8 @@ def blame_failure(kind: str, code: str, status: str, reason: str, stderr: str = 
     shape = _SHAPE_ERROR.search(text)
     if shape and any(a.startswith("prelude supplied") for a in adaptations) and (shape.group(1) or shape.group(2) or shape.group(3)) in _STAND_IN_SHAPES:
         return Blame(BLAME_HARNESS, f"the harness's stand-ins are not shaped like the tutorial's objects (a {shape.group(1) or shape.group(2) or shape.group(3)})")
-    if any(a.startswith("no optimizer block") for a in adaptations) and re.search(r"optimizer|adam", text, re.I):
+    error = _last_error(stderr[-4000:] or reason)  # the exception itself, not the traceback's lines (which may name an optimizer)
+    if any(a.startswith("no optimizer block") for a in adaptations) and re.search(r"optimizer|adam", error, re.I):
         return Blame(BLAME_HARNESS, "the harness's stand-in optimizer (torch AdamW) is not the one the snippet's page configures")
     if "no MoE layers detected" in text:
         return Blame(BLAME_HARNESS, "the harness's tiny model is not the MoE model the config is written for")

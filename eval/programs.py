@@ -445,6 +445,8 @@ def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -
         words.append("train.py")
         if args.user_script != "train.py":
             adaptations.append(f"user script {args.user_script} -> dsqa's tiny training script (its arguments kept for parsing)")
+        if "--fp16" in args.user_args and not caps.cuda:
+            adaptations.append("--fp16 is the user script's flag: the tiny script in its place trains in fp32 (fp16 needs a GPU)")
         words += list(args.user_args)
     files["train.py"] = _driver("tiny_train.py")
     files["ds_config.json"] = json.dumps({**BASE_CONFIG, "steps_per_print": 1})

@@ -3,8 +3,8 @@
 Requirements are detected from the code (and the notes' `requires=` tags), never guessed: fp16,
 CUDA-only code and ops, GDS, NCCL, several GPUs or nodes, libaio, packages that are not installed,
 and HF `"auto"` values. A runner that lacks one reports `skipped` with the reason, unless a CPU run
-can meet it by adapting the snippet and saying so (`cpu_adaptable`: an fp16 config runs as bf16, a few
-GPUs of a launcher line or a tensor-parallel config are as many CPU processes).
+can meet it by adapting the snippet and saying so (`cpu_adaptable`: an fp16 config runs as bf16, a
+launcher line's --fp16 goes to the tiny script standing in for the user's, a few GPUs of a launcher line or a tensor-parallel config are as many CPU processes).
 """
 
 from __future__ import annotations
@@ -270,8 +270,8 @@ def cpu_adaptable(kind: str, requirement: Requirement) -> bool:
     """A requirement a CPU run meets by adapting the snippet (and saying so in its adaptations): an fp16
     config runs as bf16; up to CPU_RANKS GPUs of a launcher line or of a tensor-parallel config are as many
     CPU processes over gloo (the run is really distributed; only the device differs)."""
-    if kind == "ds_config" and requirement.name == "fp16":
-        return True
+    if requirement.name == "fp16" and (kind == "ds_config" or (kind == "launcher" and requirement.why == "--fp16")):
+        return True  # a launcher's --fp16 belongs to the user script, which dsqa's tiny script stands in for
     if requirement.name == "multi-gpu" and 1 < requirement.count <= CPU_RANKS:
         return kind == "launcher" or (kind == "ds_config" and requirement.why.startswith(TP_SIZE))
     return False

@@ -263,6 +263,14 @@ def test_blame_rules_on_small_cases() -> None:
     assert stage0.party == "harness"  # the stand-in engine's ZeRO stage 0 optimizer, not the snippet
     assert blame_failure("python", "opt = torch.optim.AdamW(p)\nopt.offload_states()", "failed",
                          "AttributeError: 'AdamW' object has no attribute 'offload_states'").party == "snippet"
+    removed = ('[rank0]:   File "/tmp/driver.py", line 50, in <module>\n[rank0]:     engine, optimizer, _, _ = deepspeed.initialize(model=model)\n'
+               "[rank0]: deepspeed.runtime.config.DeepSpeedConfigError: Progressive Layer Dropping has been removed")
+    base = ["no optimizer block: the base's torch AdamW (lr 1e-3) added"]
+    assert blame_failure("ds_config", '{"progressive_layer_drop": {"enabled": true}}', "failed", "DeepSpeedConfigError: removed",
+                         removed, base).party == "snippet"  # the traceback's line names an optimizer; the error does not
+    assert blame_failure("ds_config", '{"zero_optimization": {"stage": 2}}', "failed", "AssertionError",
+                         removed.rsplit("\n", 1)[0] + "\n[rank0]: AssertionError: the optimizer AdamW is not supported with this setting",
+                         base).party == "harness"
     own = blame_failure("python", "net = MyNet()\nnet.network.x", "failed", "AttributeError: 'MyNet' object has no attribute 'network'")
     assert own.party == "snippet"  # the snippet's own class: not a stand-in's gap
     prelude = ["prelude supplied: data_loader, chunk_size, model_engine"]

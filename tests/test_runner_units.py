@@ -14,7 +14,7 @@ import pytest
 
 from eval.answers_eval import percentiles, render_report, svg_bars, svg_histogram
 from eval.programs import adapt_config, free_names, prepare
-from eval.requirements import CPU_RANKS, Capabilities, cpu_adaptable, detect_requirements, unmet
+from eval.requirements import CPU_RANKS, Capabilities, Requirement, cpu_adaptable, detect_requirements, unmet
 from eval.runner import LocalRunner, RunRequest, RunResult, failure_reason
 from eval.sandbox import is_secret_name, scrub_env
 from eval.verify import write_ledger
@@ -150,6 +150,11 @@ def test_a_few_gpus_are_as_many_cpu_processes() -> None:
     p = prepare("launcher", "deepspeed --include localhost:0,1 train.py", CPU)
     assert p.argv[p.argv.index("--num_gpus") + 1] == "2"
     assert include_slots("localhost:0,1") == 2 and include_slots("a:0,1@b:2") == 3 and include_slots(None) == 0
+    fp16 = detect_requirements("launcher", "deepspeed pretrain_gpt.py --zero-stage 3 --fp16")
+    assert [cpu_adaptable("launcher", r) for r in unmet(fp16, CPU)] == [True]  # the flag is the user script's
+    p = prepare("launcher", "deepspeed pretrain_gpt.py --zero-stage 3 --fp16", CPU)
+    assert any(a.startswith("--fp16 is the user script's flag") for a in p.adaptations)
+    assert not cpu_adaptable("python", Requirement("fp16", "the code trains or casts in fp16"))
     too_many = detect_requirements("launcher", f"deepspeed --num_gpus {CPU_RANKS * 2} train.py")
     assert [cpu_adaptable("launcher", r) for r in unmet(too_many, CPU)] == [False]
     assert "placeholder" in prepare("launcher", "deepspeed --bind_cores_to_rank --bind_core_list <0-27> --num_gpus 2 x.py", CPU).skip
