@@ -16,7 +16,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from app.answer import UNIT_MODEL_FILE  # noqa: E402
 from app.coverage import ABSTENTION_FILE  # noqa: E402
-from app.errors import DsqaError, as_text  # noqa: E402
+from app.errors import DsqaError, InvalidInput, as_text  # noqa: E402
 from app.query_adapter import ADAPTER_FILE  # noqa: E402
 from app.ranking import RANKER_FILE  # noqa: E402
 from app.settings import Settings, SettingsError, settings_from_env  # noqa: E402
@@ -568,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args, settings) or 0)
     except DsqaError as exc:
         print(f"dsqa: {as_text(exc)}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, InvalidInput) else 1  # bad input exits like a usage error
     except (FileNotFoundError, ValueError) as exc:
         print(f"dsqa: error: {exc}", file=sys.stderr)
         return 1

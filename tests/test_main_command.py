@@ -62,3 +62,11 @@ def test_a_bad_setting_is_named_without_a_traceback(monkeypatch: pytest.MonkeyPa
     assert err.startswith("dsqa: bad setting: ") and "Traceback" not in err
     assert "DSQA_WORKERS='two'" in err and "valid integer" in err
     assert "DSQA_BUILD_BF16='maybe'" in err and "'auto' or 'off'" in err
+
+
+def test_a_bad_ask_argument_names_its_field_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli import main
+
+    assert main(["ask", "how do I enable ZeRO-3?", "--k", "0"]) == 2  # checked before any index or model loads
+    err = capsys.readouterr().err
+    assert "(field: k)" in err and "greater than or equal to 1" in err and "Traceback" not in err
