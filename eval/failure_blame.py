@@ -103,6 +103,9 @@ def blame_failure(kind: str, code: str, status: str, reason: str, stderr: str = 
         return Blame(BLAME_SNIPPET, f"{m.group(1)} has no '{m.group(2)}'")
     if _ENVIRONMENT.search(text):
         return Blame(BLAME_ENVIRONMENT, "needs a tool, library or device this runner lacks")
+    frames = re.findall(r'File "[^"]*/site-packages/(\w+)/', text)
+    if frames and frames[-1] not in ("deepspeed", "torch") and re.search(r"\bremoved\b|no longer|deprecated", _last_error(stderr[-4000:] or reason), re.I):
+        return Blame(BLAME_ENVIRONMENT, f"the installed {frames[-1]} removed what the snippet uses (its page predates that release)")
     m = _NAME_ERROR.search(text)
     if m and kind == "python":  # a fragment's name from earlier on its page (even one it rebinds later)
         return Blame(BLAME_HARNESS, f"the fragment uses '{m.group(1)}' from its page; the harness does not supply it")

@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.requirements import CPU_RANKS, TP_SIZE, Capabilities, tensor_parallel_size
+from eval.requirements import (
+    CPU_RANKS,
+    TP_SIZE,
+    Capabilities,
+    hub_stand_in,
+    python_requirements,
+    tensor_parallel_size,
+)
 from eval.sandbox import free_port
 from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines, parse_filled
 from indexer.python_check import PUBLIC_NAMESPACES, strip_repl
@@ -383,10 +390,22 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
     if unknown:
         return Prepared(skip=f"fragment: uses names it does not define and the prelude does not supply: {', '.join(unknown[:6])}")
     supplied = [n for n in names if n in PRELUDE_NAMES]
+    stand_ins: dict[str, str] = {}  # Hub ids the run builds at toy size, each at a local path the snippet now names
+    for req in python_requirements(src, tree):
+        family = hub_stand_in(req.subject) if req.name == "network" and req.subject else None
+        if family and not caps.cuda:
+            local = "hub/" + re.sub(r"[^\w.-]", "__", req.subject)
+            src = re.sub(rf"([\"']){re.escape(req.subject)}\1", f"\\g<1>{local}\\g<1>", src)
+            stand_ins[local] = family
+            adaptations.append(f"'{req.subject}' -> a tiny {family} of random weights (2 layers, width 32; MiniLM's WordPiece "
+                               "tokenizer) built offline: the calls run, what the model outputs means nothing")
     inference = bool(re.search(r"\binit_inference\(", src))  # `config` there is an inference config, not a training one
     plan = {"names": supplied, "client_optimizer": "optimizer=" in src, "device": caps.device, "inference": inference,
             "config_in_call": bool(re.search(r"\b(?:config|config_params)\s*=", src))}  # then args carries no config path
+    plan["stand_ins"] = stand_ins
     files = {"snippet.py": src, "prelude.py": _driver("prelude.py"), "plan.json": json.dumps(plan), "main.py": _driver("python_main.py")}
+    if stand_ins:
+        files["hub_stand_in.py"] = _driver("hub_stand_in.py")
     adaptations += [f"prelude supplied: {', '.join(supplied)}"] if supplied else []
     if inference and {"config", "ds_config"} & set(supplied):
         adaptations.append("the prelude's config for init_inference is empty (the inference defaults)")

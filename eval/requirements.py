@@ -13,10 +13,12 @@ import ast
 import importlib.util
 import os
 import re
+import runpy
 import sys
 import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines, parse_filled
@@ -78,6 +80,19 @@ class Requirement:
     name: str  # gpu | fp16 | cuda | nccl | gds | libaio | nvme | multi-gpu | multi-node | hf-auto | network | package:X
     why: str
     count: int = 1  # GPUs or nodes for multi-gpu / multi-node
+    subject: str = ""  # network: the Hugging Face Hub id a snippet would download
+
+
+@lru_cache(maxsize=1)
+def _stand_ins() -> dict[str, Any]:
+    """The tiny Hub stand-ins' table, from the driver that builds them in the sandbox (one owner)."""
+    return runpy.run_path(str(Path(__file__).resolve().parent / "drivers" / "hub_stand_in.py"))
+
+
+def hub_stand_in(hub_id: str) -> str | None:
+    """The model family dsqa stands in for this Hub id at toy size (eval/drivers/hub_stand_in.py), or None."""
+    family: str | None = _stand_ins()["family_of"](hub_id)
+    return family
 
 
 DEEPSPEED_AUTO = ("/zero_optimization/zenflow/",)  # where "auto" is a value deepspeed reads itself
@@ -187,9 +202,8 @@ def python_requirements(code: str, tree: ast.AST | None) -> list[Requirement]:
         reqs.append(Requirement("cuda", f"CUDA-only code ({m.group(0).strip()!s})"))
     if _NCCL.search(code):
         reqs.append(Requirement("nccl", "uses the NCCL backend"))
-    hub = _HUB.search(code)
-    if hub:
-        reqs.append(Requirement("network", f"downloads {hub.group(1) or hub.group(2)} from the Hugging Face Hub"))
+    for hub_id in dict.fromkeys(m.group(1) or m.group(2) for m in _HUB.finditer(code)):
+        reqs.append(Requirement("network", f"downloads {hub_id} from the Hugging Face Hub", subject=hub_id))
     if _GDS.search(code):
         reqs.append(Requirement("gds", "uses GPUDirect Storage"))
     if _AIO.search(code):
@@ -270,6 +284,8 @@ def cpu_adaptable(kind: str, requirement: Requirement) -> bool:
     """A requirement a CPU run meets by adapting the snippet (and saying so in its adaptations): an fp16
     config runs as bf16; up to CPU_RANKS GPUs of a launcher line or of a tensor-parallel config are as many
     CPU processes over gloo (the run is really distributed; only the device differs)."""
+    if requirement.name == "network" and kind == "python" and requirement.subject and hub_stand_in(requirement.subject):
+        return True  # a Hub model the run builds at toy size instead (eval/drivers/hub_stand_in.py)
     if requirement.name == "fp16" and (kind == "ds_config" or (kind == "launcher" and requirement.why == "--fp16")):
         return True  # a launcher's --fp16 belongs to the user script, which dsqa's tiny script stands in for
     if requirement.name == "multi-gpu" and 1 < requirement.count <= CPU_RANKS:

@@ -263,6 +263,9 @@ def test_blame_rules_on_small_cases() -> None:
     assert stage0.party == "harness"  # the stand-in engine's ZeRO stage 0 optimizer, not the snippet
     assert blame_failure("python", "opt = torch.optim.AdamW(p)\nopt.offload_states()", "failed",
                          "AttributeError: 'AdamW' object has no attribute 'offload_states'").party == "snippet"
+    t5 = ('  File "/v/lib/python3.11/site-packages/transformers/pipelines/__init__.py", line 378, in _resolve_deprecated_task\n'
+          "    raise KeyError(\nKeyError: 'The task text2text-generation has been removed from transformers.'")
+    assert blame_failure("python", 'pipe = pipeline(task="text2text-generation")', "failed", "KeyError", t5).party == "environment"
     removed = ('[rank0]:   File "/tmp/driver.py", line 50, in <module>\n[rank0]:     engine, optimizer, _, _ = deepspeed.initialize(model=model)\n'
                "[rank0]: deepspeed.runtime.config.DeepSpeedConfigError: Progressive Layer Dropping has been removed")
     base = ["no optimizer block: the base's torch AdamW (lr 1e-3) added"]

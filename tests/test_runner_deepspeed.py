@@ -80,6 +80,21 @@ def test_flops_profiler_snippets_pass(runner: LocalRunner) -> None:
     assert "Flops Profiler" in cfg.stdout + cfg.stderr  # the profile printed at profile_step
 
 
+def test_a_hub_model_is_stood_in_at_toy_size_and_init_inference_runs_on_cpu(runner: LocalRunner) -> None:
+    """No network in the sandbox: a Hub id of a known family becomes a tiny local model of that
+    architecture (random weights), said in the adaptations; init_inference itself runs on a CPU."""
+    code = ('import torch, deepspeed\nfrom transformers import AutoModelForCausalLM\n'
+            'model = AutoModelForCausalLM.from_pretrained("facebook/opt-1.3b")\n'
+            'engine = deepspeed.init_inference(model, tensor_parallel={"tp_size": 1}, dtype=torch.float)\n'
+            'out = engine(torch.tensor([[1, 2, 3]]))\nprint("logits", tuple(out.logits.shape))\n')
+    r = runner.run(RunRequest(kind="python", code=code, timeout_s=300))
+    assert r.status == "passed", r.stderr[-2000:]
+    assert "logits (1, 3, " in r.stdout
+    assert any(a.startswith("'facebook/opt-1.3b' -> a tiny opt of random weights") for a in r.adaptations)
+    unknown = runner.run(RunRequest(kind="python", code='from transformers import AutoModel\nm = AutoModel.from_pretrained("acme/widget-9b")'))
+    assert unknown.status == "skipped" and "needs network (downloads acme/widget-9b" in unknown.reason
+
+
 def test_launcher_snippet_runs_one_process(runner: LocalRunner) -> None:
     r = runner.run(RunRequest(kind="launcher", code="deepspeed train.py --deepspeed --deepspeed_config ds_config.json", timeout_s=600))
     assert r.status == "passed", r.stderr[-3000:]
