@@ -7,6 +7,6 @@ COPY app app
 COPY indexer indexer
 COPY eval eval
 COPY corpus corpus
-RUN grep -v '^torch==' constraints.txt > /tmp/constraints.txt && pip install -c /tmp/constraints.txt .
+RUN grep -v '^torch==' constraints.txt > /tmp/constraints.txt && pip install -c /tmp/constraints.txt '.[runner]'
 EXPOSE 8000
 CMD ["dsqa", "serve", "--index", "/data/index", "--host", "0.0.0.0"]

@@ -12,7 +12,6 @@ query adapter where one is used, `tune-in` in-sample (see `eval/retrieval_eval.p
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import tempfile
@@ -31,6 +30,7 @@ from app.settings import Settings  # noqa: E402
 from eval.question_set import QUESTIONS_DIR  # noqa: E402
 from eval.ranker_training import train_ranker  # noqa: E402
 from eval.retrieval_eval import peers, question_sets, score_sets, search_fn  # noqa: E402
+from indexer.quiet import captured  # noqa: E402
 from indexer.store import LoadedIndex  # noqa: E402
 from indexer.tokenize import tokenize  # noqa: E402
 
@@ -44,7 +44,7 @@ def _plain_tokens(text: str) -> list[str]:
 def _without_expansion(index: LoadedIndex) -> LoadedIndex:
     """The same index with a BM25 built from tokens without abbreviation words."""
     bm25 = bm25s.BM25(k1=1.2, b=0.75)
-    with contextlib.redirect_stdout(None):
+    with captured():
         bm25.index([_plain_tokens(c.search_text) for c in index.chunks], show_progress=False)
     return replace(index, bm25=bm25)
 

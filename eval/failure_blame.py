@@ -31,7 +31,8 @@ _ENVIRONMENT = re.compile(
     r"Cannot access accelerator device|NCCL|cuda.*(?:not available|unavailable)|"
     r"error: command '[^']*(?:gcc|g\+\+|c\+\+)'|ninja: build stopped|Error building extension|"
     r"is not compatible with the current (?:machine|accelerator)|"
-    r"requires (?:a )?(?:GPU|CUDA)|fp16 is not supported on cpu|FP16 is not supported",
+    r"requires (?:a )?(?:GPU|CUDA)|fp16 is not supported on cpu|FP16 is not supported|"
+    r"Data type torch\.(?:float16|half) is not supported by cpu accelerator",
     re.I,
 )
 _MISSING_STATE = re.compile(r"FileNotFoundError|No such file or directory|does not exist|not a valid checkpoint|Unable to find|ckpt_list|/path/to/", re.I)

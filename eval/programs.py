@@ -48,6 +48,7 @@ from indexer.snippet_check import (
 from indexer.snippet_status import repaired_syntax_note
 
 RUNNABLE_KINDS = ("ds_config", "python", "launcher", "hostfile")
+ONE_NODE = "more nodes need hosts reachable by ssh"
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 
 
@@ -195,6 +196,9 @@ def prepare_ds_config(code: str, caps: Capabilities) -> Prepared:
         notes.append(f"{ranks} processes, one per tensor-parallel rank" + (" (CPU processes over gloo in place of GPUs)" if not caps.cuda else "")
                      + f"; the model is a tiny Llama ({TINY_LLAMA}), the family the docs' presets and patterns name")
     notes += nvme_offload_in_run_dir(run_cfg)
+    wandb = run_cfg.get("wandb")
+    if isinstance(wandb, dict) and wandb.get("enabled") in (True, "true"):
+        notes.append("the wandb monitor logged offline into the run's directory (WANDB_MODE=offline: the sandbox has no network)")
     if not caps.cuda and _fp16_enabled(run_cfg):
         run_cfg, note = fp16_as_bf16(run_cfg)
         notes.insert(0, note)
@@ -245,6 +249,7 @@ PRELUDE_NAMES = frozenset(
         "self", "module", "parser", "get_argument_parser", "micro_batch_size", "sequence_parallel_size", "trainset", "cifar_trainset",
         "dtype", "data_iter", "tensor", "chunk_size", "output_dir", "output_file", "random",
         "Model", "MyLargeModel", "Net", "weight_shape", "num_features",  # `model = Model()`: the tiny model's class
+        "optimizer_grouped_parameters", "optimizer_parameters", "param_groups", "grouped_parameters",
     }
 )
 # where a name a fragment neither defines nor imports is looked up, after earlier imports on its page:
@@ -408,7 +413,8 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
         files["hub_stand_in.py"] = _driver("hub_stand_in.py")
     adaptations += [f"prelude supplied: {', '.join(supplied)}"] if supplied else []
     if inference and {"config", "ds_config"} & set(supplied):
-        adaptations.append("the prelude's config for init_inference is empty (the inference defaults)")
+        adaptations.append("the prelude's config for init_inference is empty (the inference defaults)" if caps.cuda else
+                           "the prelude's config for init_inference sets dtype fp32 (its default, fp16, needs a GPU)")
     return Prepared(files=files, argv=[sys.executable, "main.py"], adaptations=adaptations)
 
 
@@ -423,9 +429,12 @@ def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -
         host, slots = hosts[0]
         want = slots if caps.cuda else 1
         n = min(want, caps.gpus) if caps.cuda else 1
-        adaptations.append(f"hostfile '{host} slots={slots}' -> 'localhost slots={n}' (this machine)")
+        if len(hosts) > 1:
+            adaptations.append(f"hostfile of {len(hosts)} hosts -> 'localhost slots={n}' (one node, this machine: {ONE_NODE})")
+        else:
+            adaptations.append(f"hostfile '{host} slots={slots}' -> 'localhost slots={n}' (this machine)")
         files = {"hostfile": f"localhost slots={n}\n"}
-        words = ["deepspeed", "--hostfile", "hostfile", "--no_ssh_check", "train.py"]
+        words = ["deepspeed", "--hostfile", "hostfile", "--no_ssh_check", "--master_addr", "127.0.0.1", "train.py"]
         launcher_words = words
     else:
         try:
@@ -446,6 +455,9 @@ def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -
         words = ["deepspeed"]
         for flag in ("master_port", "bind_cores_to_rank", "bind_core_list", "log_level", "enable_each_rank_log"):
             v = getattr(args, flag, None)
+            if flag == "master_port" and any(n.startswith("placeholder --master_port") for n in filled):
+                v = free_port()
+                adaptations.append(f"--master_port: a free port ({v})")
             if v not in (None, False, "", -1) and f"--{flag}" in " ".join(launcher_words):
                 words += [f"--{flag}"] if v is True else [f"--{flag}", str(v)]
         wanted = args.num_gpus if args.num_gpus and args.num_gpus > 0 else include_slots(args.include)
@@ -461,6 +473,16 @@ def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -
             words += ["--num_gpus", "1"]
             if args.num_gpus != 1:
                 adaptations.append("one process on CPU (--num_gpus 1)")
+        if args.hostfile and any(w.startswith(("-H", "--hostfile")) for w in launcher_words[1:]):
+            n = min(wanted or caps.gpus, caps.gpus) if caps.cuda else 1
+            files["hostfile"] = f"localhost slots={n}\n"
+            words += ["--hostfile", "hostfile", "--no_ssh_check", "--master_addr", "127.0.0.1"]  # else it asks the host by ssh
+            named = "(a placeholder)" if any(a.startswith(("placeholder --hostfile", "placeholder -H")) for a in filled) else args.hostfile
+            adaptations.append(f"the hostfile {named} (not in the snippet) -> 'localhost slots={n}' (one node, this machine: {ONE_NODE})")
+        if args.num_nodes and args.num_nodes > 1:
+            adaptations.append(f"one node (this machine) in place of --num_nodes {args.num_nodes}: {ONE_NODE}")
+        if args.master_addr and args.master_addr not in ("localhost", "127.0.0.1"):
+            adaptations.append(f"--master_addr {args.master_addr} -> this machine (the launcher's default)")
         words.append("train.py")
         if args.user_script != "train.py":
             adaptations.append(f"user script {args.user_script} -> dsqa's tiny training script (its arguments kept for parsing)")

@@ -97,6 +97,8 @@ def hub_stand_in(hub_id: str) -> str | None:
 
 DEEPSPEED_AUTO = ("/zero_optimization/zenflow/",)  # where "auto" is a value deepspeed reads itself
 TP_SIZE = "tensor parallel size"  # how a tensor-parallel config's multi-gpu requirement begins its reason
+MPI_LAUNCH = "an MPI launch"  # how a launcher line's multi-node requirement for mpirun/impi/mvapich begins its reason
+WANDB_ONLINE = "the wandb monitor logs to an online service"  # met offline (WANDB_MODE=offline in every sandbox)
 
 
 _CUDA_CODE = re.compile(
@@ -161,7 +163,7 @@ def config_requirements(cfg: dict[str, Any]) -> list[Requirement]:
         if isinstance(mon, dict) and mon.get("enabled") in (True, "true"):
             reqs.append(Requirement(f"package:{package}", f"the {block} monitor is enabled"))
             if online:
-                reqs.append(Requirement("network", f"the {block} monitor logs to an online service"))
+                reqs.append(Requirement("network", WANDB_ONLINE if block == "wandb" else f"the {block} monitor logs to an online service"))
     n_tp = tensor_parallel_size(cfg)
     if n_tp > 1:
         reqs.append(Requirement("multi-gpu", f"{TP_SIZE} {n_tp}", n_tp))
@@ -283,9 +285,15 @@ def tensor_parallel_size(cfg: Any) -> int:
 def cpu_adaptable(kind: str, requirement: Requirement) -> bool:
     """A requirement a CPU run meets by adapting the snippet (and saying so in its adaptations): an fp16
     config runs as bf16; up to CPU_RANKS GPUs of a launcher line or of a tensor-parallel config are as many
-    CPU processes over gloo (the run is really distributed; only the device differs)."""
+    CPU processes over gloo (the run is really distributed; only the device differs); a launcher line or
+    hostfile for several nodes runs on one (this machine, a localhost hostfile: more nodes need hosts
+    reachable by ssh), unless it asks for an MPI launch; the wandb monitor logs offline."""
     if requirement.name == "network" and kind == "python" and requirement.subject and hub_stand_in(requirement.subject):
         return True  # a Hub model the run builds at toy size instead (eval/drivers/hub_stand_in.py)
+    if requirement.name == "network" and kind == "ds_config" and requirement.why == WANDB_ONLINE:
+        return True
+    if requirement.name == "multi-node" and kind in ("launcher", "hostfile"):
+        return not requirement.why.startswith(MPI_LAUNCH)
     if requirement.name == "fp16" and (kind == "ds_config" or (kind == "launcher" and requirement.why == "--fp16")):
         return True  # a launcher's --fp16 belongs to the user script, which dsqa's tiny script stands in for
     if requirement.name == "multi-gpu" and 1 < requirement.count <= CPU_RANKS:
@@ -317,7 +325,7 @@ def launcher_requirements(code: str) -> list[Requirement]:
         if args.master_addr and args.master_addr not in ("localhost", "127.0.0.1"):
             reqs.append(Requirement("multi-node", f"--master_addr {args.master_addr}", 2))
         if args.launcher and args.launcher.lower() != "pdsh" or args.force_multi:
-            reqs.append(Requirement("multi-node", f"--launcher {args.launcher} / --force_multi", 2))
+            reqs.append(Requirement("multi-node", f"{MPI_LAUNCH} (--launcher {args.launcher} / --force_multi)", 2))
         if args.hostfile and "--hostfile" in " ".join(words) or any(w.startswith(("-H", "--hostfile")) for w in words[1:]):
             reqs.append(Requirement("multi-node", f"a hostfile ({args.hostfile}) that this snippet does not include", 2))
         if args.autotuning:

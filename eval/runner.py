@@ -180,6 +180,7 @@ class LocalRunner:
             "DS_ACCELERATOR": "cuda" if caps.cuda else "cpu",
             "TORCH_EXTENSIONS_DIR": self.extensions_dir,
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+            "WANDB_MODE": "offline", "WANDB_SILENT": "true",  # no network in the sandbox: the wandb monitor logs locally
         }
         if request.kind not in ("launcher", "hostfile"):
             extra.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_SIZE": "1",

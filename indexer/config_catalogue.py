@@ -9,10 +9,8 @@ Two readers, both over the installed package, never a copy of its schema:
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib
 import inspect
-import io
 import os
 import textwrap
 import typing
@@ -20,6 +18,8 @@ from collections.abc import KeysView
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
+from indexer.quiet import captured
 
 # top-level key -> pydantic model that parses it (class paths in the installed package)
 PYDANTIC_SECTIONS: dict[str, str] = {
@@ -214,7 +214,7 @@ def _run_parser(cfg: dict[str, Any]) -> Exception | None:
     from deepspeed.runtime.config import DeepSpeedConfig
 
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with captured():
             DeepSpeedConfig(cfg)
     except Exception as exc:  # noqa: BLE001 - we record what DeepSpeed says
         return exc

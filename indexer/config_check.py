@@ -7,16 +7,15 @@ ZeRO-Offload with optimizers it cannot run on the CPU. HF Trainer "auto" values 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import difflib
-import io
 import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from indexer.config_catalogue import ConfigKey, build_catalogue, logs_to_stderr
+from indexer.quiet import captured
 
 DOC = "https://www.deepspeed.ai/docs/config-json/"
 _ANCHORS = {
@@ -256,7 +255,7 @@ def _deepspeed_parser(cfg: dict[str, Any], world_size: int) -> str | None:
     if not any(k in data for k in ("train_batch_size", "train_micro_batch_size_per_gpu")):
         data["train_micro_batch_size_per_gpu"] = 1
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with captured():
             DeepSpeedConfig(data, mpu=_Mpu())
     except Exception as exc:  # noqa: BLE001 - DeepSpeed's own message is the finding
         lines = [line.strip() for line in f"{type(exc).__name__}: {exc}".splitlines() if line.strip()]

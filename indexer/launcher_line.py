@@ -4,12 +4,12 @@ Used by the kind classifier, the static check and the runner's program builder."
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import shlex
 from functools import lru_cache
 from typing import Any
+
+from indexer.quiet import captured
 
 HOSTFILE_LINE = re.compile(r"^\s*([\w.\-]+)\s+slots\s*=\s*(\d+)\s*$")
 # <num_gpus>, $NNODES, ${N}, [mvapich|openmpi], and elided arguments
@@ -68,13 +68,13 @@ def _launcher_parser() -> Any:
 
 def parse_launcher(words: list[str]) -> tuple[Any | None, str]:
     """DeepSpeed's own launcher parser on `deepspeed ...` words: (args, '') or (None, its complaint)."""
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+    with captured(stderr=True) as (_, err):
+        try:
             return _launcher_parser()(words[1:]), ""
-    except SystemExit:
-        lines = err.getvalue().strip().splitlines()
-        return None, (lines[-1] if lines else "rejected by deepspeed's launcher parser")[:300]
+        except SystemExit:
+            pass
+    lines = err.getvalue().strip().splitlines()
+    return None, (lines[-1] if lines else "rejected by deepspeed's launcher parser")[:300]
 
 
 def fill_placeholders(words: list[str]) -> tuple[list[str], list[str]]:
@@ -96,8 +96,11 @@ def fill_placeholders(words: list[str]) -> tuple[list[str], list[str]]:
             notes.append(f"placeholder {word} filled with {picked}")
             continue
         flag = out[-1] if out else ""
+        if word.startswith("-") and "=" in word:  # --hostfile=<hostfile>: the flag's own value
+            flag = word.split("=", 1)[0]
         value = "1" if flag in _NUMERIC_FLAGS or re.search(r"num|gpus|nodes|port|rank|size", word, re.I) else "x"
-        if value == "x" and (word.endswith(".py>") or "script" in word.lower() or (i > 0 and not flag.startswith("-") and ".py" not in " ".join(out))):
+        if value == "x" and (word.endswith(".py>") or "script" in word.lower() or (
+                i > 0 and not flag.startswith("-") and not word.startswith("-") and ".py" not in " ".join(out))):
             value = "train.py"
         out.append(PLACEHOLDER.sub(value, word))
         notes.append(f"placeholder {word} filled with {value}")

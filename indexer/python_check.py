@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
 import importlib
 import inspect
 import io
@@ -26,6 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from indexer.config_catalogue import deepspeed_version
+from indexer.quiet import captured
 from indexer.snippet_status import CHECKED, FAILS, NOT_CHECKED, TEMPLATE
 
 _PROMPT = re.compile(r"^(>>>|\.\.\.)( |$)")
@@ -71,7 +71,7 @@ def _resolve(dotted: str) -> Any:
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
         try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with captured(stderr=True):
                 obj: Any = importlib.import_module(".".join(parts[:cut]))
         except ModuleNotFoundError:
             continue

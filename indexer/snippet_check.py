@@ -115,9 +115,9 @@ def _json_fix(code: str) -> str:
 
 
 def repair_json_slips(code: str) -> tuple[str, list[str]]:
-    """The text with the two slips `_json_fix` names that have one sure repair: a missing comma between
-    a value's end and the next `"key"` line, and `=` written for `:` after a key; with what was
-    changed (none: the text as given)."""
+    """The text with the slips `_json_fix` names that have one sure repair: a missing comma between
+    a value's end and the next `"key"` line, `=` written for `:` after a key, and brackets a text that
+    stops early never closes; with what was changed (none: the text as given)."""
     lines = code.split("\n")
     repairs: list[str] = []
     following = [next((n for n in lines[i + 1:] if n.strip()), "") for i in range(len(lines))]
@@ -129,7 +129,35 @@ def repair_json_slips(code: str) -> tuple[str, list[str]]:
     text, n = re.subn(r"(\"[\w.-]+\")\s*=\s*", r"\1: ", "\n".join(lines))
     if n:
         repairs.append(f"':' for '=' after {n} key{'s' if n > 1 else ''}")
+    closers = _unclosed(text)
+    if closers:
+        text = text.rstrip() + "\n" + closers
+        repairs.append(f"'{closers}' added at the end (the text stops before closing what it opened)")
     return text, repairs
+
+
+def _unclosed(text: str) -> str:
+    """The closing brackets a text that stops early lacks, innermost first ('' when it closes all it opens,
+    or closes one it never opened: no sure repair then)."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if not stack or stack.pop() != ch:
+                return ""
+    return "" if in_string else "".join(reversed(stack))
 
 
 def parse_config_mended(code: str) -> tuple[Any, bool, list[str]]:

@@ -6,7 +6,6 @@ half-written index and a failed build leaves the previous one untouched.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -23,6 +22,7 @@ import numpy as np
 
 from app.errors import IndexUnusable
 from indexer.documents import Chunk, Snippet
+from indexer.quiet import captured
 from indexer.snippet_status import LEDGER, read_ledger, write_ledger_rows
 from indexer.text_units import Unit
 from indexer.tokenize import chunk_term_sets, tokenize
@@ -269,7 +269,7 @@ def _terms(file: Path) -> list[tuple[frozenset[str], frozenset[str]]]:
 
 
 def _bm25(file: Path) -> bm25s.BM25:
-    with contextlib.redirect_stdout(None):
+    with captured():
         return bm25s.BM25.load(str(file))
 
 

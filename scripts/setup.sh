@@ -11,4 +11,4 @@ fi
 # torch first: the CPU wheel; a plain `torch` requirement would pull a multi-GB CUDA build.
 # constraints.txt: the versions the test suite passed with, so a fresh install gets the same.
 .venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0"
-.venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
+.venv/bin/python -m pip install -q -c constraints.txt -e ".[dev,runner]"

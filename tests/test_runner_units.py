@@ -381,8 +381,17 @@ def test_a_name_read_before_the_snippet_binds_it_comes_from_its_page() -> None:
     code = "model = model.eval()\nparser = deepspeed.add_config_arguments(parser)\nx = [i for i in range(2)]\nfor a in b:\n    c = a\n"
     assert free_names(ast.parse(code)) == ["b", "deepspeed", "model", "parser"]
     p = prepare("python", "engine = deepspeed.init_inference(model=net, config=config)", CPU)
-    assert "the prelude's config for init_inference is empty (the inference defaults)" in p.adaptations
+    assert "the prelude's config for init_inference sets dtype fp32 (its default, fp16, needs a GPU)" in p.adaptations
     assert json.loads(p.files["plan.json"])["inference"] is True and json.loads(p.files["plan.json"])["config_in_call"] is True
+
+
+def test_fp16_the_cpu_accelerator_refuses_is_the_environment() -> None:
+    from eval.failure_blame import blame_failure
+    from indexer.snippet_status import BLAME_ENVIRONMENT
+
+    err = 'File "snippet.py", line 1, in <module>\nValueError: Data type torch.float16 is not supported by cpu accelerator'
+    code = "engine = deepspeed.init_inference(model=net, config=config)"
+    assert blame_failure("python", code, "failed", "ValueError", err).party == BLAME_ENVIRONMENT
 
 
 def test_a_stand_in_batch_of_the_wrong_shape_is_the_harness_fault() -> None:
@@ -392,3 +401,63 @@ def test_a_stand_in_batch_of_the_wrong_shape_is_the_harness_fault() -> None:
     err = 'File "snippet.py", line 3, in <module>\n    ids = batch["input_ids"]\nTypeError: tuple indices must be integers or slices, not str'
     assert blame_failure("python", 'x = 1\n\nids = batch["input_ids"]', "failed", "TypeError", err, ["prelude supplied: batch"]).party == BLAME_HARNESS
     assert blame_failure("python", 'b = (1, 2)\n\nids = b["input_ids"]', "failed", "TypeError", err, []).party == BLAME_SNIPPET
+
+
+def test_several_nodes_run_on_one_and_say_so() -> None:
+    """A launcher line or hostfile for several nodes runs on this machine (a localhost hostfile) and
+    says what it stood in for; an MPI launch (mpirun, impi, mvapich) stays skipped: it needs MPI itself."""
+    for kind, code in (("launcher", "deepspeed --num_nodes 2 train.py"), ("launcher", "deepspeed --hostfile=myhosts train.py"),
+                       ("hostfile", "worker-1 slots=4\nworker-2 slots=4")):
+        assert [cpu_adaptable(kind, r) for r in unmet(detect_requirements(kind, code), CPU)] == [True]
+    p = prepare("launcher", "deepspeed --hostfile=myhosts --master_addr=<addr> --master_port=<port> train.py", CPU)
+    assert p.files["hostfile"] == "localhost slots=1\n" and p.argv[p.argv.index("--hostfile") + 1] == "hostfile"
+    assert any(a.startswith("the hostfile myhosts (not in the snippet) -> 'localhost slots=1'") for a in p.adaptations)
+    port = int(p.argv[p.argv.index("--master_port") + 1])
+    assert port > 1024 and "--master_addr x -> this machine (the launcher's default)" in p.adaptations  # not the filled '1'
+    p = prepare("launcher", "deepspeed --hostfile=<hostfile> train.py", CPU)
+    assert any(a.startswith("the hostfile (a placeholder)") for a in p.adaptations) and "train.py" not in p.argv[:p.argv.index("--hostfile") + 2]
+    p = prepare("launcher", "deepspeed --num_nodes=4 train.py", CPU)
+    assert "hostfile" not in p.files and any(a.startswith("one node (this machine) in place of --num_nodes 4") for a in p.adaptations)
+    p = prepare("hostfile", "worker-1 slots=4\nworker-2 slots=4", CPU)
+    assert p.files["hostfile"] == "localhost slots=1\n" and p.adaptations[0].startswith("hostfile of 2 hosts -> 'localhost slots=1'")
+    mpi = detect_requirements("launcher", "deepspeed --launcher=openmpi script.py")
+    assert [cpu_adaptable("launcher", r) for r in unmet(mpi, CPU)] == [False]
+
+
+def test_wandb_logs_offline_and_a_cut_off_config_is_closed() -> None:
+    wandb = detect_requirements("ds_config", '{"train_batch_size": 8, "wandb": {"enabled": true}}')
+    assert [cpu_adaptable("ds_config", r) for r in wandb if r.name == "network"] == [True]
+    comet = detect_requirements("ds_config", '{"train_batch_size": 8, "comet": {"enabled": true}}')
+    assert [cpu_adaptable("ds_config", r) for r in comet if r.name == "network"] == [False]
+    p = prepare("ds_config", '{"train_batch_size": 8, "wandb": {"enabled": true, "project": "p"}}', CPU)
+    assert any("WANDB_MODE=offline" in a for a in p.adaptations)
+    cut = '"compression_training": {\n  "weight_quantization": {\n    "shared_parameters": {"enabled": false}\n  }\n'
+    p = prepare("ds_config", cut, CPU)
+    assert not p.skip and json.loads(p.files["ds_config.json"])["compression_training"]["weight_quantization"]
+    assert any("'}' added at the end" in a for a in p.adaptations)
+    assert prepare("ds_config", '{"a": 1}}', CPU).skip.startswith("not a readable config")  # one closed too many: no sure repair
+
+
+def test_output_capture_is_safe_across_threads() -> None:
+    """The runner prepares two snippets at a time, each parsing its config with DeepSpeed under a
+    captured stdout; unguarded redirects once left sys.stdout a StringIO for good (every later print
+    of `dsqa verify` lost)."""
+    import sys
+
+    from indexer.quiet import captured
+
+    out, err = sys.stdout, sys.stderr
+
+    def work() -> None:
+        for _ in range(50):
+            with captured(stderr=True) as (buf, _):
+                time.sleep(0.001)  # another thread gets in while the streams are swapped
+                print("x")
+            assert buf.getvalue() == "x\n"
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sys.stdout is out and sys.stderr is err

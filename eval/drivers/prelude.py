@@ -4,7 +4,7 @@ without defining them (eval/programs.py finds those names with ast).
 model / net: a tiny MLP (16 -> 32 -> 16); calling it with (x, y) or a batch tuple returns the MSE loss.
 optimizer: torch AdamW over model's parameters. engine / model_engine / ds_engine: deepspeed.initialize
 of that model with `ds_config`. ds_config / config: {"train_micro_batch_size_per_gpu": 2, torch AdamW}
-(no optimizer block when the snippet passes its own optimizer=; {} when it calls init_inference). args / cmd_args: argparse.Namespace
+(no optimizer block when the snippet passes its own optimizer=; for init_inference {} on a GPU, {"dtype": float32} on a CPU). args / cmd_args: argparse.Namespace
 with local_rank=0, deepspeed=True, deepspeed_config=<path of ds_config.json>. data_loader and friends:
 a list of 4 (x, y) batches of 2; dataset: a TensorDataset of 8. batch / inputs / labels / x / y: one
 batch. loss: the model's loss on that batch. criterion / loss_fn: MSELoss. device: the engine's
@@ -15,7 +15,8 @@ get_argument_parser (a tutorial script's own parser factory): ArgumentParser.
 micro_batch_size: 2; sequence_parallel_size: 1; trainset: the dataset; dtype: float32; data_iter: an
 iterator over the batches; tensor: one input; chunk_size: 2; output_dir / output_file: "out" /
 "out/result.txt". Model / MyLargeModel / Net: the tiny model's class; weight_shape: (16, 16);
-num_features: 16. Modules: torch, deepspeed, nn, F, np, os, sys, json, math, time, random, argparse,
+num_features: 16. optimizer_grouped_parameters / optimizer_parameters / param_groups / grouped_parameters:
+one parameter group of model's parameters (weight_decay 0). Modules: torch, deepspeed, nn, F, np, os, sys, json, math, time, random, argparse,
 dist (deepspeed.comm), get_accelerator.
 """
 
@@ -65,8 +66,10 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
     with open("ds_config.json", "w") as f:
         json.dump(cfg, f)
     batches = [(torch.randn(2, D, device=dev), torch.randn(2, D, device=dev)) for _ in range(4)]
+    # init_inference's own default dtype is fp16, which a CPU does not run: the CPU prelude asks for fp32
+    infer_cfg = {} if dev.type == "cuda" else {"dtype": torch.float32}
     simple = {
-        "model": model, "net": model, "ds_config": {} if inference else cfg, "config": {} if inference else cfg, "ds_config_path": "ds_config.json",
+        "model": model, "net": model, "ds_config": infer_cfg if inference else cfg, "config": infer_cfg if inference else cfg, "ds_config_path": "ds_config.json",
         "config_path": "ds_config.json", "batch": batches[0], "inputs": batches[0][0], "labels": batches[0][1],
         "x": batches[0][0], "y": batches[0][1], "criterion": torch.nn.MSELoss(), "loss_fn": torch.nn.MSELoss(),
         "local_rank": 0, "rank": 0, "world_size": 1, "save_dir": "checkpoints", "ckpt_dir": "checkpoints",
@@ -78,6 +81,8 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
         "chunk_size": 2, "output_dir": "out", "output_file": "out/result.txt",
         "Model": TinyModel, "MyLargeModel": TinyModel, "Net": TinyModel, "weight_shape": (D, D), "num_features": D,
     }
+    for n in ("optimizer_grouped_parameters", "optimizer_parameters", "param_groups", "grouped_parameters"):
+        simple[n] = [{"params": list(model.parameters()), "weight_decay": 0.0}]
     for n in ("data_loader", "dataloader", "train_loader", "trainloader", "train_dataloader"):
         simple[n] = batches
     os.makedirs("out", exist_ok=True)
