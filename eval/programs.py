@@ -37,7 +37,7 @@ from eval.requirements import (
 )
 from eval.sandbox import free_port
 from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines, parse_filled
-from indexer.python_check import PUBLIC_NAMESPACES, strip_repl
+from indexer.python_check import PUBLIC_NAMESPACES, printed_output_cut, strip_repl
 from indexer.snippet_check import (
     fill_config_placeholders,
     parse_config_mended,
@@ -376,12 +376,19 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
         tree = ast.parse(src)
     except SyntaxError as exc:
         repaired = elisions_as_pass(src)
+        cut = printed_output_cut(src)
         try:
             tree = ast.parse(repaired)
         except SyntaxError:
-            return Prepared(skip=f"fragment: not complete Python (line {exc.lineno}: {exc.msg})")
-        src = repaired
-        adaptations.append("elided lines ('......') run as `pass`")
+            if cut is None:
+                return Prepared(skip=f"fragment: not complete Python (line {exc.lineno}: {exc.msg})")
+            last = len(src.splitlines())
+            src, first = cut
+            tree = ast.parse(src)
+            adaptations.append(f"lines {first}-{last} are what the prints show, pasted after the code: not run")
+        else:
+            src = repaired
+            adaptations.append("elided lines ('......') run as `pass`")
     if any(isinstance(n, ast.Call) and any(isinstance(a, ast.Constant) and a.value is Ellipsis for a in [*n.args, *(k.value for k in n.keywords)])
            for n in ast.walk(tree)):
         return Prepared(skip="fragment: '...' placeholders in a call")

@@ -64,6 +64,38 @@ def strip_repl(code: str) -> str | None:
     return "\n".join(typed)
 
 
+def printed_output_cut(code: str) -> tuple[str, int] | None:
+    """Code that prints, followed by what it printed pasted without prompts (`total params: 737.67M`):
+    (the code alone, the first output line's number), or None when the text is not that shape. The
+    code must parse and print; every output line must fail to parse as Python on its own."""
+    lines = code.splitlines()
+    try:
+        ast.parse(code)
+        return None
+    except SyntaxError as exc:
+        first = exc.lineno or 0
+    head, tail = "\n".join(lines[:first - 1]), [line for line in lines[first - 1:] if line.strip()]
+    if first < 2 or not tail or "print(" not in head:
+        return None
+    try:
+        ast.parse(head)
+    except SyntaxError:
+        return None
+    for line in tail:
+        if _CODE_START.match(line):
+            return None
+        try:
+            ast.parse(line.strip())
+            return None
+        except SyntaxError:
+            continue
+    return head, first
+
+
+# a line that begins a statement (an assignment, a call, a keyword), cut off or not: never output
+_CODE_START = re.compile(r"\s*(?:[\w.]+(?:\[[^\]]*\])?\s*[-+*/]?=(?!=)|[\w.]+\(|(?:def|class|for|while|if|elif|else|with|return|import|from|try|except)\b)")
+
+
 @lru_cache(maxsize=4096)
 def _resolve(dotted: str) -> Any:
     """The object `deepspeed.a.b` names in the installed package, _MISSING when it has none, None

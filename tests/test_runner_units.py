@@ -461,3 +461,16 @@ def test_output_capture_is_safe_across_threads() -> None:
     for t in threads:
         t.join()
     assert sys.stdout is out and sys.stderr is err
+
+
+def test_printed_output_pasted_after_the_code_is_not_run() -> None:
+    from indexer.python_check import printed_output_cut
+
+    code = "n = 3\nprint(f'total params: {n}M')\n\ntotal params:   3M\nlargest layer memory:    125MB\n"
+    assert printed_output_cut(code) == ("n = 3\nprint(f'total params: {n}M')\n", 4)
+    p = prepare("python", code, CPU)
+    assert not p.skip and p.files["snippet.py"].strip().endswith("print(f'total params: {n}M')")
+    assert "lines 4-5 are what the prints show, pasted after the code: not run" in p.adaptations
+    assert printed_output_cut("n = 3\nx = (\n") is None  # a cut-off call, not output
+    assert printed_output_cut("n = 3\nprint(n)\nm = 4 +\n") is None  # an output line must not be code
+    assert printed_output_cut("x = 1\ntotal params: 3M\n") is None  # nothing printed, nothing to cut
