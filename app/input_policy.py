@@ -16,6 +16,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import InvalidInput
+from indexer.json_text import brackets
 
 
 @dataclass(frozen=True)
@@ -75,21 +76,11 @@ def parse_json(raw: bytes, limits: InputLimits, field_name: str = "body") -> Any
 def _nesting(text: str) -> int:
     """The deepest bracket nesting of a JSON text (brackets inside strings not counted)."""
     depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
+    for ch in brackets(text):
+        if ch in "[{":
             depth += 1
             deepest = max(deepest, depth)
-        elif ch in "]}":
+        else:
             depth -= 1
     return deepest
 

@@ -19,6 +19,7 @@ from typing import Any
 from indexer.config_catalogue import deepspeed_version
 from indexer.config_check import keys_by_path, validate_config
 from indexer.documents import Snippet
+from indexer.json_text import brackets
 from indexer.launcher_line import CHOICE, bad_hostfile_lines, launcher_lines, parse_filled
 from indexer.python_check import check_python
 from indexer.snippet_status import CHECKED, FAILS, NOT_CHECKED, TEMPLATE
@@ -140,24 +141,12 @@ def _unclosed(text: str) -> str:
     """The closing brackets a text that stops early lacks, innermost first ('' when it closes all it opens,
     or closes one it never opened: no sure repair then)."""
     stack: list[str] = []
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch in "{[":
+    for ch in brackets(text):
+        if ch in "{[":
             stack.append("}" if ch == "{" else "]")
-        elif ch in "}]":
-            if not stack or stack.pop() != ch:
-                return ""
-    return "" if in_string else "".join(reversed(stack))
+        elif not stack or stack.pop() != ch:
+            return ""
+    return "".join(reversed(stack))
 
 
 def parse_config_mended(code: str) -> tuple[Any, bool, list[str]]:
