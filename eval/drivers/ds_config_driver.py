@@ -98,3 +98,6 @@ if plan.get("save_16bit"):
     result["save_16bit_model"] = True
 sys.stdout.write("DSQA_RESULT " + json.dumps(result) + "\n")  # one write: the ranks of a run share stdout
 sys.stdout.flush()
+if torch.distributed.is_initialized():  # a group left to interpreter exit can crash gloo's threads (SIGABRT/SIGSEGV)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()

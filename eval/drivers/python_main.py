@@ -20,3 +20,7 @@ if plan.get("stand_ins"):  # tiny local models for the Hub ids the snippet names
         hub_stand_in.build(path, family)
 sys.argv = ["snippet.py"]
 runpy.run_path("snippet.py", init_globals=init, run_name="__main__")
+import torch  # noqa: E402
+
+if torch.distributed.is_initialized():  # a group left to interpreter exit can crash gloo's threads (SIGABRT/SIGSEGV)
+    torch.distributed.destroy_process_group()

@@ -23,3 +23,6 @@ for _ in range(3):
 rank, world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
 sys.stdout.write("DSQA_RESULT " + json.dumps({"rank": rank, "world_size": world, "optimizer_steps": engine.global_steps}) + "\n")  # one write: ranks share stdout
 sys.stdout.flush()
+if torch.distributed.is_initialized():  # a group left to interpreter exit can crash gloo's threads (SIGABRT/SIGSEGV)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
