@@ -136,7 +136,17 @@ def default_extensions_dir() -> str:
     return os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path("var/cache/torch_extensions").resolve())
 
 
-NATIVE_CRASHES = frozenset({signal.SIGSEGV, signal.SIGBUS})
+NATIVE_CRASHES = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT})
+
+
+def native_crash(sig: int | None) -> signal.Signals | None:
+    """The native crash a run ended by, if any: its own signal, or a rank's that deepspeed's launcher
+    passed on as its exit status (it exits with the rank's negative return code: -6 is status 250,
+    which the sandbox reads as signal 122)."""
+    for s in (sig, 128 - sig if sig is not None and 64 < sig < 128 else None):
+        if s in NATIVE_CRASHES:
+            return signal.Signals(s)
+    return None
 
 
 class LocalRunner:
@@ -204,10 +214,11 @@ class LocalRunner:
             )
 
         box = run_once()
-        if box.signal in NATIVE_CRASHES and not box.timed_out and not box.limits_hit:
+        crash = native_crash(box.signal)
+        if crash is not None and not box.timed_out and not box.limits_hit:
             # a crash in native code (torch, gloo, a compiled op) that a second run does not repeat is the
             # environment's, not the snippet's: run once more and say so; a crash that repeats stays a crash
-            base.adaptations = [*prepared.adaptations, f"the first run ended by {signal.Signals(box.signal).name} (a crash in native code); run again"]
+            base.adaptations = [*prepared.adaptations, f"the first run ended by {crash.name} (a crash in native code); run again"]
             self._drop_stale_locks(started)
             box = run_once()
         if "ops_cache_copy_on_write" in box.isolation:

@@ -474,3 +474,14 @@ def test_printed_output_pasted_after_the_code_is_not_run() -> None:
     assert printed_output_cut("n = 3\nx = (\n") is None  # a cut-off call, not output
     assert printed_output_cut("n = 3\nprint(n)\nm = 4 +\n") is None  # an output line must not be code
     assert printed_output_cut("x = 1\ntotal params: 3M\n") is None  # nothing printed, nothing to cut
+
+
+def test_a_rank_crash_the_launcher_passes_on_is_a_native_crash() -> None:
+    """deepspeed's launcher exits with a crashed rank's negative return code: a rank's SIGABRT
+    ('terminate called without an active exception' in gloo, now and then) arrives as signal 122."""
+    import signal
+
+    from eval.runner import native_crash
+
+    assert native_crash(signal.SIGSEGV) == signal.SIGSEGV and native_crash(122) == signal.SIGABRT
+    assert native_crash(signal.SIGKILL) is None and native_crash(None) is None and native_crash(128 - signal.SIGKILL) is None
