@@ -36,7 +36,7 @@ from eval.requirements import (
     tensor_parallel_size,
 )
 from eval.sandbox import free_port
-from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines, parse_filled
+from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines, names_hostfile, parse_filled
 from indexer.python_check import PUBLIC_NAMESPACES, printed_output_cut, strip_repl
 from indexer.snippet_check import (
     fill_config_placeholders,
@@ -49,6 +49,9 @@ from indexer.snippet_status import repaired_syntax_note
 
 RUNNABLE_KINDS = ("ds_config", "python", "launcher", "hostfile")
 ONE_NODE = "more nodes need hosts reachable by ssh"
+# the launcher on this machine alone: a localhost hostfile, no ssh check, and the master address given
+# (without it the launcher asks the first host for its address over ssh)
+LOCAL_HOSTFILE_WORDS = ["--hostfile", "hostfile", "--no_ssh_check", "--master_addr", "127.0.0.1"]
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 
 
@@ -376,10 +379,10 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
         tree = ast.parse(src)
     except SyntaxError as exc:
         repaired = elisions_as_pass(src)
-        cut = printed_output_cut(src)
         try:
             tree = ast.parse(repaired)
         except SyntaxError:
+            cut = printed_output_cut(src)
             if cut is None:
                 return Prepared(skip=f"fragment: not complete Python (line {exc.lineno}: {exc.msg})")
             last = len(src.splitlines())
@@ -441,7 +444,7 @@ def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -
         else:
             adaptations.append(f"hostfile '{host} slots={slots}' -> 'localhost slots={n}' (this machine)")
         files = {"hostfile": f"localhost slots={n}\n"}
-        words = ["deepspeed", "--hostfile", "hostfile", "--no_ssh_check", "--master_addr", "127.0.0.1", "train.py"]
+        words = ["deepspeed", *LOCAL_HOSTFILE_WORDS, "train.py"]
         launcher_words = words
     else:
         try:
@@ -480,10 +483,10 @@ def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -
             words += ["--num_gpus", "1"]
             if args.num_gpus != 1:
                 adaptations.append("one process on CPU (--num_gpus 1)")
-        if args.hostfile and any(w.startswith(("-H", "--hostfile")) for w in launcher_words[1:]):
+        if names_hostfile(launcher_words):
             n = min(wanted or caps.gpus, caps.gpus) if caps.cuda else 1
             files["hostfile"] = f"localhost slots={n}\n"
-            words += ["--hostfile", "hostfile", "--no_ssh_check", "--master_addr", "127.0.0.1"]  # else it asks the host by ssh
+            words += LOCAL_HOSTFILE_WORDS
             named = "(a placeholder)" if any(a.startswith(("placeholder --hostfile", "placeholder -H")) for a in filled) else args.hostfile
             adaptations.append(f"the hostfile {named} (not in the snippet) -> 'localhost slots={n}' (one node, this machine: {ONE_NODE})")
         if args.num_nodes and args.num_nodes > 1:

@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines, parse_filled
+from indexer.launcher_line import hostfile_hosts, include_slots, launcher_lines, names_hostfile, parse_filled
 from indexer.snippet_check import parse_config_mended
 
 
@@ -163,7 +163,7 @@ def config_requirements(cfg: dict[str, Any]) -> list[Requirement]:
         if isinstance(mon, dict) and mon.get("enabled") in (True, "true"):
             reqs.append(Requirement(f"package:{package}", f"the {block} monitor is enabled"))
             if online:
-                reqs.append(Requirement("network", WANDB_ONLINE if block == "wandb" else f"the {block} monitor logs to an online service"))
+                reqs.append(Requirement("network", f"the {block} monitor logs to an online service"))  # wandb's: WANDB_ONLINE
     n_tp = tensor_parallel_size(cfg)
     if n_tp > 1:
         reqs.append(Requirement("multi-gpu", f"{TP_SIZE} {n_tp}", n_tp))
@@ -326,7 +326,7 @@ def launcher_requirements(code: str) -> list[Requirement]:
             reqs.append(Requirement("multi-node", f"--master_addr {args.master_addr}", 2))
         if args.launcher and args.launcher.lower() != "pdsh" or args.force_multi:
             reqs.append(Requirement("multi-node", f"{MPI_LAUNCH} (--launcher {args.launcher} / --force_multi)", 2))
-        if args.hostfile and "--hostfile" in " ".join(words) or any(w.startswith(("-H", "--hostfile")) for w in words[1:]):
+        if names_hostfile(words):
             reqs.append(Requirement("multi-node", f"a hostfile ({args.hostfile}) that this snippet does not include", 2))
         if args.autotuning:
             reqs.append(Requirement("gpu", "--autotuning runs experiments that measure GPU memory and throughput"))

@@ -24,6 +24,11 @@ def hostfile_hosts(code: str) -> list[tuple[str, int]]:
     return [(m.group(1), int(m.group(2))) for m in map(HOSTFILE_LINE.match, code.splitlines()) if m]
 
 
+def names_hostfile(words: list[str]) -> bool:
+    """Whether a launcher line's words pass a hostfile (`--hostfile F`, `--hostfile=F`, `-H F`)."""
+    return any(w.startswith(("-H", "--hostfile")) for w in words[1:])
+
+
 def bad_hostfile_lines(code: str) -> list[str]:
     return [line for line in code.splitlines() if line.strip() and not line.strip().startswith("#") and not HOSTFILE_LINE.match(line)]
 
