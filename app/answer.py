@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -154,6 +155,14 @@ def options_named(text: str) -> tuple[frozenset[str], ...]:
     return tuple(frozenset(name for name, pattern in family.items() if pattern.search(text)) for family in OPTION_FAMILIES)
 
 
+def warm_units(texts: Iterable[str]) -> None:
+    """The term set and the options named of each unit text, remembered now (a server's start-up)
+    rather than on the first answers that quote them."""
+    for text in texts:
+        term_set(text)
+        options_named(text)
+
+
 def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = None,
             support_share: float = SUPPORT_SHARE) -> str:
     """A lead of one to three consecutive units from the best passage, then the next best units (of any
@@ -224,17 +233,20 @@ _DOTTED = re.compile(r"\b[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+\b")
 _SNAKE = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
 
 
-_LEAVES: dict[int, tuple[dict[str, tuple[str, str]], dict[str, list[str]]]] = {}
+_ENDINGS: dict[int, tuple[dict[str, tuple[str, str]], dict[str, list[str]]]] = {}
 
 
-def _leaves(facts: dict[str, tuple[str, str]]) -> dict[str, list[str]]:
-    """Leaf name -> the keys ending with it, built once per facts table (the engine keeps one)."""
-    cached = _LEAVES.get(id(facts))
+def _endings(facts: dict[str, tuple[str, str]]) -> dict[str, list[str]]:
+    """Each dotted ending of a key ("c", "b.c", "a.b.c" of "a.b.c") -> the keys ending with it, in the table's
+    order; built once per facts table (the engine keeps one)."""
+    cached = _ENDINGS.get(id(facts))
     if cached is None or cached[0] is not facts:
-        by_leaf: dict[str, list[str]] = {}
+        by_ending: dict[str, list[str]] = {}
         for path in facts:
-            by_leaf.setdefault(path.rsplit(".", 1)[-1], []).append(path)
-        cached = _LEAVES[id(facts)] = (facts, by_leaf)
+            parts = path.split(".")
+            for i in range(len(parts)):
+                by_ending.setdefault(".".join(parts[i:]), []).append(path)
+        cached = _ENDINGS[id(facts)] = (facts, by_ending)
     return cached[1]
 
 
@@ -242,17 +254,17 @@ def keys_named(text: str, facts: dict[str, tuple[str, str]]) -> list[str]:
     """Config keys a text names: a dotted path (whole, or the unique key it ends), or a distinctive
     leaf name (one with an underscore that at most two keys end with), in order of appearance;
     sections (dict or config-model types) left out."""
-    by_leaf = _leaves(facts)
+    endings = _endings(facts)
     found: list[tuple[int, str]] = []
     spans: list[tuple[int, int]] = []
     for m in _DOTTED.finditer(text):
         name = m.group(0)
-        paths = [name] if name in facts else [p for p in facts if p.endswith("." + name)]
+        paths = [name] if name in facts else endings.get(name, [])
         if len(paths) == 1:
             found.append((m.start(), paths[0]))
             spans.append(m.span())
     for m in _SNAKE.finditer(text):
-        paths = by_leaf.get(m.group(0), [])
+        paths = endings.get(m.group(0), [])
         if 0 < len(paths) <= 2 and not any(a <= m.start() < b for a, b in spans):
             found += [(m.start(), p) for p in sorted(paths, key=len)]
     keys: list[str] = []

@@ -73,6 +73,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             app.state.engine = await run_in_threadpool(load_engine, settings)
         else:
             app.state.engine = engine
+        await run_in_threadpool(app.state.engine.warm)  # before /readyz says ready: the first questions cost no more than later ones
         set_index_chunks(len(app.state.engine.index.chunks) if app.state.engine.index is not None else 0)
         verifier = None
         if settings.verify_in_background and app.state.engine.index is not None:
@@ -184,6 +185,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         fresh = await run_in_threadpool(load_engine, settings, embedder)
         if fresh.index is None:  # a broken rebuild never replaces a working index
             return JSONResponse(status_code=409, content={"error": "index_unusable", "message": f"not reloaded: {fresh.problem}"})
+        await run_in_threadpool(fresh.warm)
         request.app.state.engine = fresh
         set_index_chunks(len(fresh.index.chunks))
         return JSONResponse(status_code=200, content={"status": "reloaded", "index": fresh.index.summary()})

@@ -25,6 +25,16 @@ class Overloaded(DsqaError):
     code = "overloaded"
 
 
+def submit_one(embedder: Embedder, text: str) -> Future[np.ndarray]:
+    """The vector of `text` as a future: encoded in the background by a `BatchingEmbedder`, now by
+    any other embedder."""
+    if isinstance(embedder, BatchingEmbedder):
+        return embedder.submit(text)
+    done: Future[np.ndarray] = Future()
+    done.set_result(embedder.embed([text])[0])
+    return done
+
+
 class BatchingEmbedder:
     """An `Embedder` in front of another: single-text calls from many threads become batches."""
 
@@ -42,12 +52,16 @@ class BatchingEmbedder:
     def embed(self, texts: list[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
         if len(texts) != 1:  # index-time and bulk calls go straight through
             return self.inner.embed(texts, batch_size=batch_size, progress=progress)
+        return self.submit(texts[0]).result()[None, :]
+
+    def submit(self, text: str) -> Future[np.ndarray]:
+        """The vector of one text, to come: the caller works on while the encoder runs."""
         future: Future[np.ndarray] = Future()
         try:
-            self.pending.put_nowait((texts[0], future))
+            self.pending.put_nowait((text, future))
         except queue.Full as exc:
             raise Overloaded("too many questions waiting for the encoder; retry shortly") from exc
-        return future.result()[None, :]
+        return future
 
     def _run(self) -> None:
         while True:

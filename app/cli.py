@@ -110,7 +110,7 @@ def serve_workers(settings: Settings) -> int:
     an answer holds the GIL, so on N cores N processes answer about N times as many questions."""
     import uvicorn
 
-    from app.http_protocol import HeaderDeadlineProtocol
+    from app.http_protocol import EVENT_LOOP, HeaderDeadlineProtocol
     from indexer.store import index_present
 
     env = {"DSQA_INDEX_DIR": str(Path(settings.index_dir).resolve()), "DSQA_HOST": settings.host, "DSQA_PORT": str(settings.port),
@@ -127,7 +127,7 @@ def serve_workers(settings: Settings) -> int:
         verifier.start()
     try:
         uvicorn.run("app.api:app_from_env", factory=True, workers=settings.workers, host=settings.host, port=settings.port,
-                    http=HeaderDeadlineProtocol, log_level="info", access_log=not settings.log_json)
+                    http=HeaderDeadlineProtocol, loop=EVENT_LOOP, log_level="info", access_log=not settings.log_json)
     finally:
         if verifier is not None:
             verifier.stop()

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 from threadpoolctl import threadpool_limits
 
-from app.answer import load_unit_model
+from app.answer import load_unit_model, warm_units
 from app.batching import BatchingEmbedder
 from app.coverage import load_abstention
 from app.errors import IndexNotReady
@@ -54,6 +54,16 @@ class Engine:
         if self.index is None or self.retriever is None:
             raise IndexNotReady(self.problem or "the index is not loaded yet; build it with `dsqa index` or wait for start-up")
         return self.index, self.retriever
+
+    def warm(self) -> None:
+        """What the first questions would compute for the chunks they rank and the units they quote,
+        computed now: a server calls it before it says ready (about a second on 2 cores)."""
+        if self.index is None:
+            return
+        if isinstance(self.retriever, HybridRetriever):
+            self.retriever.warm()
+        warm_units(u.text for units in self.index.units for u in units)
+        _ = self.config_facts
 
     @cached_property
     def config_facts(self) -> dict[str, tuple[str, str]]:

@@ -1,9 +1,13 @@
-"""uvicorn's h11 protocol with a deadline for a request's headers (slow-header, "slowloris", clients).
+"""uvicorn's httptools protocol with a deadline for a request's headers (slow-header, "slowloris", clients).
 
 uvicorn times out idle keep-alive connections, but not a connection that never finishes its request
 line and headers: a few hundred clients sending a byte every few seconds would hold every slot. Here
 a connection gets `header_timeout_s` from when it opens (or from when a kept-alive connection starts
 its next request) to deliver complete headers; past it, a 408 reply and the connection is closed.
+
+httptools (llhttp, in C) rather than h11 (pure Python), on uvloop where it is installed: measured with
+one client over the real index, /ask p50 0.35 ms lower, the parse and the 12 kB reply's framing
+being a quarter of the event loop's work per question.
 """
 
 from __future__ import annotations
@@ -11,9 +15,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 TIMEOUT_REPLY = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: 78\r\n\r\n"
@@ -21,21 +24,26 @@ TIMEOUT_REPLY = (
 )
 
 
-class HeaderDeadlineProtocol(H11Protocol):
+class HeaderDeadlineProtocol(HttpToolsProtocol):
     header_timeout_s: float = 10.0
 
     _header_timer: asyncio.TimerHandle | None = None
+    _awaiting_headers = False  # a request (or the connection) has begun and its headers are not all in
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._awaiting_headers = True
         self._arm()
 
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete):
-            self._arm()  # still waiting for (the rest of) a request's headers
-        else:
-            self._disarm()
+    def on_message_begin(self) -> None:  # the first byte of a request, on a new or a kept-alive connection
+        super().on_message_begin()
+        self._awaiting_headers = True
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_headers = False
+        self._disarm()
+        super().on_headers_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -52,9 +60,12 @@ class HeaderDeadlineProtocol(H11Protocol):
 
     def _expired(self) -> None:
         self._header_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        if self._awaiting_headers and not self.transport.is_closing():
             self.transport.write(TIMEOUT_REPLY)
             self.transport.close()
+
+
+EVENT_LOOP = "auto"  # uvloop where installed (Linux, as the images are), else asyncio's own
 
 
 def header_deadline_protocol(timeout_s: float) -> type[HeaderDeadlineProtocol]:
@@ -66,4 +77,4 @@ def server_config(app: Any, *, host: str, port: int, header_timeout_s: float, lo
                   access_log: bool = True) -> uvicorn.Config:
     """The one uvicorn configuration the service (and its integration tests) run with."""
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                          http=header_deadline_protocol(header_timeout_s))
+                          http=header_deadline_protocol(header_timeout_s), loop=EVENT_LOOP)

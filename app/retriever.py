@@ -19,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from app.batching import submit_one
 from app.coverage import coverage_features
 from app.fusion import near_duplicate, rrf_fusion, shingles, weighted_fusion
 from app.glossary import Glossary, has_cjk
@@ -147,15 +148,17 @@ class HybridRetriever:
         query = self.glossary.expand(question)
         ask = self.glossary.expand(parts.ask) if self.options.split_ask and parts.has_context else query
         # one embedding of the whole question: a second one of the ask alone cost ~5 ms a query and
-        # moved no metric on the tune split beyond one question either way
-        vector = self.embedder.embed([query])[0]
-        adapter = self.options.query_adapter
-        searched = adapter.apply(vector) if adapter is not None and adapter.dimension == len(vector) else vector
-        cos = self.matrix @ searched if len(self.matrix) else np.zeros(0, dtype=np.float32)
+        # moved no metric on the tune split beyond one question either way. The words' scores are
+        # computed while the encoder runs.
+        pending = submit_one(self.embedder, query)
         bm25 = self._bm25(query)
         bm25_ask = bm25 if ask == query else self._bm25(ask)
         named = frozenset(identifiers(query))
         ask_terms = frozenset(tokenize(ask))
+        vector = pending.result()
+        adapter = self.options.query_adapter
+        searched = adapter.apply(vector) if adapter is not None and adapter.dimension == len(vector) else vector
+        cos = self.matrix @ searched if len(self.matrix) else np.zeros(0, dtype=np.float32)
         signals = QuerySignals(
             bm25=bm25,
             bm25_ask=bm25_ask,
@@ -326,6 +329,13 @@ class HybridRetriever:
             text="\n\n".join(p.text for p in parts),
             snippet_ids=tuple(s for p in parts for s in p.snippet_ids),
         )
+
+    def warm(self) -> None:
+        """Every chunk's section span and shingles now, not on the first questions that rank it
+        (a server does this before it says ready: a new question then costs what a repeated one does)."""
+        for i in range(len(self.index.chunks)):
+            self.section_span(i)
+            self._shingle(i)
 
     def _prior(self, chunk: Chunk) -> float:
         priors = self.options.source_priors
