@@ -3,10 +3,12 @@ Slack, the web page, /metrics). Heavy parts load once, in the lifespan."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -67,6 +69,11 @@ def _sse(event: str, data: dict[str, Any]) -> str:
 
 
 def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
+    # /ask runs in threads of its own, handed over with the event loop's executor call: anyio's
+    # run_in_threadpool (cancel scope, capacity limiter) was a quarter of the loop's work per question.
+    # At most max_inflight_asks run at once (more are shed with a 503 below), so as many threads.
+    ask_threads = ThreadPoolExecutor(max_workers=settings.max_inflight_asks, thread_name_prefix="dsqa-ask")
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if engine is None:
@@ -84,6 +91,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             yield
         if verifier is not None:
             verifier.stop()
+        ask_threads.shutdown(wait=False, cancel_futures=True)
         if app.state.engine.llm is not None:
             app.state.engine.llm.close()
 
@@ -141,7 +149,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         if not body.stream:
             inflight["n"] += 1
             try:
-                return await run_in_threadpool(ask, request.app.state.engine, body)
+                return await asyncio.get_running_loop().run_in_executor(ask_threads, ask, request.app.state.engine, body)
             finally:
                 inflight["n"] -= 1
         events = ask_events(request.app.state.engine, body)

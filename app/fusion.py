@@ -34,13 +34,17 @@ def rrf_fusion(rankings: Sequence[Sequence[int]], weights: Sequence[float], k: i
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-def shingles(text: str, n: int = 5) -> set[tuple[str, ...]]:
+def shingles(text: str, n: int = 5) -> np.ndarray:
+    """The text's word 5-grams, each as its hash (sorted, distinct int64): 8 bytes a shingle where a
+    set of word tuples took ~120, so a server keeps every chunk's at hand (~3 MB for the docs)."""
     words = _WORD.findall(text.lower())
-    return {tuple(words[i : i + n]) for i in range(max(1, len(words) - n + 1))}
+    grams = (hash(tuple(words[i : i + n])) for i in range(max(1, len(words) - n + 1)))
+    return np.unique(np.fromiter(grams, dtype=np.int64))
 
 
-def near_duplicate(a: set[tuple[str, ...]], b: set[tuple[str, ...]], threshold: float = 0.8) -> bool:
+def near_duplicate(a: np.ndarray, b: np.ndarray, threshold: float = 0.8) -> bool:
     """Jaccard overlap of word 5-gram sets: the same passage twice, not one quoting the other."""
-    if not a or not b:
+    if not len(a) or not len(b):
         return False
-    return len(a & b) / len(a | b) >= threshold
+    shared = len(np.intersect1d(a, b, assume_unique=True))
+    return shared / (len(a) + len(b) - shared) >= threshold

@@ -116,7 +116,7 @@ class HybridRetriever:
         self.options = options or RetrievalOptions()
         self.bm25_tokens = bm25_tokens  # must match how the index's BM25 was built
         self.matrix = dense_matrix(index)
-        self._shingles: dict[int, set[tuple[str, ...]]] = {}
+        self._shingles: dict[int, np.ndarray] = {}
         self._spans: dict[int, tuple[int, ...]] = {}
 
     def with_options(self, **changes: object) -> HybridRetriever:
@@ -344,7 +344,7 @@ class HybridRetriever:
             prior *= priors.get("news", 1.0)
         return prior
 
-    def _shingle(self, idx: int) -> set[tuple[str, ...]]:
+    def _shingle(self, idx: int) -> np.ndarray:
         if idx not in self._shingles:
             self._shingles[idx] = shingles(self.index.chunks[idx].text)
         return self._shingles[idx]
