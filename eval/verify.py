@@ -18,7 +18,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from eval.programs import import_lines
+from eval.python_program import import_lines
 from eval.runner import RunRequest, RunResult, SnippetRunner, runnable
 from indexer.config_catalogue import deepspeed_version
 from indexer.documents import Snippet

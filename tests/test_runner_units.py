@@ -13,7 +13,9 @@ import httpx
 import pytest
 
 from eval.answers_eval import percentiles, render_report, svg_bars, svg_histogram
-from eval.programs import adapt_config, free_names, prepare
+from eval.config_program import adapt_config
+from eval.programs import prepare
+from eval.python_program import free_names
 from eval.requirements import CPU_RANKS, Capabilities, Requirement, cpu_adaptable, detect_requirements, unmet
 from eval.runner import LocalRunner, RunRequest, RunResult, failure_reason
 from eval.sandbox import is_secret_name, scrub_env
@@ -327,8 +329,8 @@ def test_fp16_config_runs_on_cpu_as_bf16_and_says_so() -> None:
 
 
 def test_placeholders_are_filled_and_named() -> None:
-    from eval.programs import fill_config_placeholders
     from indexer.launcher_line import fill_placeholders
+    from indexer.snippet_check import fill_config_placeholders
 
     words, notes = fill_placeholders(["deepspeed", "--num_gpus", "<num_gpus>", "<client_entry.py>", "--launcher=[pdsh|openmpi]", "..."])
     assert words == ["deepspeed", "--num_gpus", "1", "train.py", "--launcher=pdsh"] and len(notes) == 4

@@ -1,0 +1,212 @@
+"""A Python snippet as a program: run as `snippet.py` with a prelude that supplies the names doc
+fragments assume (`model`, `optimizer`, `engine`, `args`, `data_loader`...; see `PRELUDE_NAMES`)
+only when the snippet loads them without binding or importing them (found with `ast`), and the
+imports its page made in earlier snippets; `>>>` prompts are stripped, elision lines run as `pass`,
+and printed output pasted after the code is left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib.util
+import json
+import re
+import sys
+import textwrap
+
+from eval.prepared import Prepared, driver
+from eval.requirements import (
+    Capabilities,
+    hub_stand_in,
+    python_requirements,
+)
+from indexer.python_check import PUBLIC_NAMESPACES, printed_output_cut, strip_repl
+
+# names a doc fragment may use without defining them; supplied by drivers/prelude.py
+PRELUDE_NAMES = frozenset(
+    {
+        "model", "net", "optimizer", "engine", "model_engine", "ds_engine", "args", "cmd_args", "ds_config",
+        "config", "ds_config_path", "config_path", "data_loader", "dataloader", "train_loader", "trainloader",
+        "train_dataloader", "dataset", "train_dataset", "training_data", "batch", "inputs", "labels", "x", "y",
+        "loss", "criterion", "loss_fn", "lr_scheduler", "scheduler", "device", "local_rank", "rank", "world_size",
+        "save_dir", "ckpt_dir", "checkpoint_dir", "load_dir", "ckpt_id", "tag", "client_sd", "client_state",
+        "step", "epoch", "parameters", "model_parameters", "params", "mpu", "torch", "deepspeed", "nn", "np",
+        "os", "sys", "json", "math", "time", "argparse", "dist", "get_accelerator", "F",
+        "self", "module", "parser", "get_argument_parser", "micro_batch_size", "sequence_parallel_size", "trainset", "cifar_trainset",
+        "dtype", "data_iter", "tensor", "chunk_size", "output_dir", "output_file", "random",
+        "Model", "MyLargeModel", "Net", "weight_shape", "num_features",  # `model = Model()`: the tiny model's class
+        "optimizer_grouped_parameters", "optimizer_parameters", "param_groups", "grouped_parameters",
+    }
+)
+# where a name a fragment neither defines nor imports is looked up, after earlier imports on its page:
+# deepspeed's public namespaces, the ZeRO offload enums the ZeRO-3 page uses, and typing's annotations
+FRAGMENT_NAMESPACES = (*PUBLIC_NAMESPACES, "deepspeed.runtime.zero.offload_config", "typing")
+
+
+def free_names(tree: ast.Module) -> list[str]:
+    """Names the code loads but never binds, imports or gets from builtins (scope-insensitive)."""
+    bound: set[str] = set(dir(builtins)) | {"__name__", "__file__", "__doc__", "__builtins__"}
+    loaded: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Store | ast.Del):
+                bound.add(node.id)
+            elif node.id not in loaded:
+                loaded.append(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for a in node.names:
+                bound.add((a.asname or a.name).split(".")[0])
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+            if not isinstance(node, ast.ClassDef):
+                args = node.args
+                for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+                    if arg is not None:
+                        bound.add(arg.arg)
+        elif isinstance(node, ast.Lambda):
+            for arg in node.args.args:
+                bound.add(arg.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            bound.update(node.names)
+        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.alias):
+            pass
+    free = [n for n in loaded if n not in bound]
+    return free + [n for n in _read_before_written(tree) if n not in free and n not in dir(builtins)]
+
+
+def _read_before_written(tree: ast.Module) -> list[str]:
+    """Names a top-level statement reads before any earlier statement binds them (`model = model.eval()`
+    takes `model` from the page), in order; compound statements and definitions are left out."""
+    bound: set[str] = set()
+    early: list[str] = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.Expr):
+            value = stmt.value
+            if isinstance(stmt, ast.AugAssign):  # `x += 1` reads x first
+                value = ast.Tuple(elts=[stmt.target, stmt.value], ctx=ast.Load())
+            for node in ast.walk(value) if value is not None else ():
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound and node.id not in early:
+                    early.append(node.id)
+                if isinstance(node, ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
+                    break  # their own variables are not the page's
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+                bound.add(node.id)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                bound.add(node.name)
+    return early
+
+
+def import_lines(code: str) -> list[str]:
+    """The top-level import statements of a Python snippet (none when it does not parse)."""
+    src = strip_repl(code)
+    try:
+        tree = ast.parse(textwrap.dedent(src if src is not None else code))
+    except SyntaxError:
+        return []
+    return [ast.unparse(node) for node in tree.body
+            if isinstance(node, ast.Import) or (isinstance(node, ast.ImportFrom) and node.level == 0)]
+
+
+def _context_imports(context: str, wanted: set[str]) -> dict[str, str]:
+    """Name -> the import line (from earlier on the page, or deepspeed's public namespaces) that
+    binds it; only import statements are ever taken from the context."""
+    found: dict[str, str] = {}
+    for line in context.splitlines():
+        try:
+            node = ast.parse(line).body[0]
+        except (SyntaxError, IndexError):
+            continue
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        for alias in node.names:
+            name = (alias.asname or alias.name).split(".")[0]
+            if name in wanted and name not in found:
+                found[name] = line
+    for name in sorted(wanted - set(found)):
+        for space in FRAGMENT_NAMESPACES:
+            if _public_callable(space, name):
+                found[name] = f"from {space} import {name}"
+                break
+    return found
+
+
+def _public_callable(space: str, name: str) -> bool:
+    try:
+        module = importlib.import_module(space)
+    except Exception:  # noqa: BLE001
+        return False
+    return callable(getattr(module, name, None))
+
+
+_ELISION = re.compile(r"^(\s*)(?:\.{2,}|…|\[\.\.\.\]|#\s*\.\.\.)\s*$")
+
+
+def elisions_as_pass(src: str) -> str:
+    """A doc excerpt's elision lines (`......`, `…`, `[...]`) as `pass`, indentation kept, tabs as
+    spaces: the rest of the excerpt then parses as written."""
+    return "\n".join(_ELISION.sub(r"\1pass", line) for line in src.expandtabs(4).splitlines())
+
+
+def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared:
+    typed = strip_repl(code)
+    src = textwrap.dedent(typed if typed is not None else code)
+    adaptations: list[str] = []
+    try:
+        tree = ast.parse(src)
+    except SyntaxError as exc:
+        repaired = elisions_as_pass(src)
+        try:
+            tree = ast.parse(repaired)
+        except SyntaxError:
+            cut = printed_output_cut(src)
+            if cut is None:
+                return Prepared(skip=f"fragment: not complete Python (line {exc.lineno}: {exc.msg})")
+            last = len(src.splitlines())
+            src, first = cut
+            tree = ast.parse(src)
+            adaptations.append(f"lines {first}-{last} are what the prints show, pasted after the code: not run")
+        else:
+            src = repaired
+            adaptations.append("elided lines ('......') run as `pass`")
+    if any(isinstance(n, ast.Call) and any(isinstance(a, ast.Constant) and a.value is Ellipsis for a in [*n.args, *(k.value for k in n.keywords)])
+           for n in ast.walk(tree)):
+        return Prepared(skip="fragment: '...' placeholders in a call")
+    names = free_names(tree)
+    imported = _context_imports(context, {n for n in names if n not in PRELUDE_NAMES})
+    if imported:
+        src = "\n".join(dict.fromkeys(imported.values())) + "\n" + src
+        adaptations.append("imports from earlier on its page: " + "; ".join(dict.fromkeys(imported.values())))
+        names = [n for n in names if n not in imported]
+    unknown = [n for n in names if n not in PRELUDE_NAMES]
+    if unknown:
+        return Prepared(skip=f"fragment: uses names it does not define and the prelude does not supply: {', '.join(unknown[:6])}")
+    supplied = [n for n in names if n in PRELUDE_NAMES]
+    stand_ins: dict[str, str] = {}  # Hub ids the run builds at toy size, each at a local path the snippet now names
+    for req in python_requirements(src, tree):
+        family = hub_stand_in(req.subject) if req.name == "network" and req.subject else None
+        if family and not caps.cuda:
+            local = "hub/" + re.sub(r"[^\w.-]", "__", req.subject)
+            src = re.sub(rf"([\"']){re.escape(req.subject)}\1", f"\\g<1>{local}\\g<1>", src)
+            stand_ins[local] = family
+            adaptations.append(f"'{req.subject}' -> a tiny {family} of random weights (2 layers, width 32; MiniLM's WordPiece "
+                               "tokenizer) built offline: the calls run, what the model outputs means nothing")
+    inference = bool(re.search(r"\binit_inference\(", src))  # `config` there is an inference config, not a training one
+    plan = {"names": supplied, "client_optimizer": "optimizer=" in src, "device": caps.device, "inference": inference,
+            "config_in_call": bool(re.search(r"\b(?:config|config_params)\s*=", src))}  # then args carries no config path
+    plan["stand_ins"] = stand_ins
+    files = {"snippet.py": src, "prelude.py": driver("prelude.py"), "plan.json": json.dumps(plan), "main.py": driver("python_main.py")}
+    if stand_ins:
+        files["hub_stand_in.py"] = driver("hub_stand_in.py")
+    adaptations += [f"prelude supplied: {', '.join(supplied)}"] if supplied else []
+    if inference and {"config", "ds_config"} & set(supplied):
+        adaptations.append("the prelude's config for init_inference is empty (the inference defaults)" if caps.cuda else
+                           "the prelude's config for init_inference sets dtype fp32 (its default, fp16, needs a GPU)")
+    return Prepared(files=files, argv=[sys.executable, "main.py"], adaptations=adaptations)
