@@ -312,7 +312,8 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [f"{'row':36} value"]
     for key, value in report.items():
         if isinstance(value, dict):
-            shown = ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in value.items())
+            places = 2 if key == "ratios" else 1  # a ratio's second place decides a 0.8 target
+            shown = ", ".join(f"{k} {v:.{places}f}" if isinstance(v, float) else f"{k} {v}" for k, v in value.items())
         else:
             shown = json.dumps(value)
         lines.append(f"{key:36} {shown}")

@@ -45,3 +45,12 @@ def test_bench_without_an_index_says_so(tmp_path: Path) -> None:
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "build it with `dsqa index`" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("ratio, shown", [(0.7814, "0.78"), (0.805, "0.81"), (1.1, "1.10")])
+def test_the_table_shows_ratios_to_two_places(ratio: float, shown: str) -> None:
+    """A 0.78 against a 0.8 target must not print as 0.8; the millisecond rows keep one place."""
+    from eval.perf_bench import format_report
+
+    table = format_report({"ask_1_client_ms": {"p50": 10.44, "p99": 21.27}, "ratios": {"ask_p50_over_bare_encode": ratio}})
+    assert f"ask_p50_over_bare_encode {shown}" in table and "p50 10.4, p99 21.3" in table
