@@ -27,7 +27,7 @@ from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
 from app.llm_client import Numbered, citation_problem, messages_for
-from app.query import split_question
+from app.query import asks_only_what_key_is, split_question
 from app.retriever import Hit, SearchResult
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
 from indexer.documents import Snippet
@@ -137,6 +137,10 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     result = retriever.search(request.question, request.k, topic=request.topic, source=request.source)
     t1 = time.perf_counter()
     decided = result.covered if result.covered is not None else result.relevance >= settings.no_answer_threshold
+    if not decided and asks_only_what_key_is(request.question, keys_named(request.question, engine.config_facts)):
+        # the catalogue's entry of the key answers it (short questions like this embed far from every
+        # passage: the coverage decision refused 39% of 120 "What does <key> do?" over catalogue keys)
+        decided = True
     covered = bool(result.hits) and decided
     passages = [
         Passage(

@@ -18,6 +18,7 @@ from app.answer import UNIT_MODEL_FILE  # noqa: E402
 from app.coverage import ABSTENTION_FILE  # noqa: E402
 from app.errors import DsqaError, InvalidInput, as_text  # noqa: E402
 from app.query_adapter import ADAPTER_FILE  # noqa: E402
+from app.question_memory import MEMORY_FILE  # noqa: E402
 from app.ranking import RANKER_FILE  # noqa: E402
 from app.settings import Settings, SettingsError, settings_from_env  # noqa: E402
 
@@ -224,7 +225,7 @@ def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine import load_engine, query_adapter_for
+    from app.engine import load_engine, query_adapter_for, question_memory_for
     from app.retriever import HybridRetriever
     from eval.question_set import load_split
     from eval.ranker_training import train_ranker
@@ -237,6 +238,9 @@ def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
     adapter = query_adapter_for(retriever.embedder.name)  # the ranker reads the adapted cosines when one ships
     if adapter is not None:
         retriever = retriever.with_options(query_adapter=adapter)
+    memory = question_memory_for(retriever.embedder.name, retriever.index)  # and the memory's `seen` scores
+    if memory is not None:
+        retriever = retriever.with_options(question_memory=memory)
     report = train_ranker(retriever, load_split("tune"), args.out)
     _print_json(report)
     return 0
@@ -253,6 +257,20 @@ def cmd_train_adapter(args: argparse.Namespace, settings: Settings) -> int:
     _, retriever = load_engine(settings.model_copy(update={"learned_ranking": False})).require()
     assert isinstance(retriever, HybridRetriever)
     _print_json(train_adapter(retriever, load_split("tune"), args.out))
+    return 0
+
+
+def cmd_train_memory(args: argparse.Namespace, settings: Settings) -> int:
+    from app.engine import load_engine
+    from app.retriever import HybridRetriever
+    from eval.memory_training import train_memory
+    from eval.question_set import load_split
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    _, retriever = load_engine(settings.model_copy(update={"learned_ranking": False})).require()
+    assert isinstance(retriever, HybridRetriever)
+    _print_json(train_memory(retriever, load_split("tune"), args.out))
     return 0
 
 
@@ -534,6 +552,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--index", type=Path)
     s.add_argument("--out", type=Path, default=ADAPTER_FILE)
     s.set_defaults(fn=cmd_train_adapter)
+    s = ev.add_parser("train-memory", help="remember the tune questions and their answering chunks (writes app/question_memory.npz); then train-ranker")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--out", type=Path, default=MEMORY_FILE)
+    s.set_defaults(fn=cmd_train_memory)
     s = ev.add_parser("train-ranker", help="fit the learned re-ranking on the tune split (writes app/ranker.json)")
     s.add_argument("--index", type=Path)
     s.add_argument("--out", type=Path, default=RANKER_FILE)

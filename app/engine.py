@@ -22,6 +22,7 @@ from app.glossary import Glossary
 from app.linear_model import LinearModel
 from app.llm_client import LlmClient
 from app.query_adapter import QueryAdapter, load_query_adapter
+from app.question_memory import ChunkMemory, chunk_key, load_question_memory
 from app.ranking import load_ranker
 from app.retriever import HybridRetriever, RetrievalOptions, Retriever
 from app.settings import Settings
@@ -122,6 +123,18 @@ def query_adapter_for(encoder: str) -> QueryAdapter | None:
     return adapter
 
 
+def question_memory_for(encoder: str, index: LoadedIndex) -> ChunkMemory | None:
+    """The shipped question memory resolved against the index's chunks, when its vectors are this
+    encoder's, else None."""
+    memory = load_question_memory()
+    if memory is None:
+        return None
+    if memory.encoder != encoder:
+        log.warning("the question memory holds vectors of %s, not %s: not used", memory.encoder or "?", encoder)
+        return None
+    return ChunkMemory(memory, [chunk_key(c.text) for c in index.chunks])
+
+
 def _for_encoder(name: str, model: LinearModel | None, encoder: str) -> LinearModel | None:
     if model is not None and model.encoder != encoder:
         log.warning("the learned %s was trained with %s, not %s: not used", name, model.encoder or "?", encoder)
@@ -182,6 +195,10 @@ def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: 
         retrieval_options(settings, embedder.name),
     )
     if retriever.options.ranker is not None:
+        # the ranker was trained with the memory's `seen` feature: the memory applies only together with it
+        memory = question_memory_for(embedder.name, index)
+        if memory is not None:
+            retriever = retriever.with_options(question_memory=memory)
         _ = retriever.feature_table  # the ranker's per-chunk terms and arrays: built at load, not on the first question
     unit_model = _for_encoder("answer unit scorer", load_unit_model() if settings.learned_answer else None, embedder.name)
     return Engine(settings=settings, index=index, retriever=retriever, glossary=glossary, llm=llm_client(settings, llm_http),

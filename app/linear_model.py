@@ -23,6 +23,8 @@ class LinearModel:
     encoder: str = ""  # the embedding model whose cosines it was trained on
 
     def score(self, rows: np.ndarray) -> np.ndarray:
+        """A missing feature (NaN) counts as its training mean: it moves the score neither way."""
+        rows = np.where(np.isnan(rows), self.mean, rows)
         return ((rows - self.mean) / self.scale) @ self.weights + self.bias
 
     def to_json(self) -> dict[str, object]:

@@ -40,6 +40,36 @@ def asks_unknowable(question: str) -> bool:
     return bool(_UNKNOWABLE.search(question))
 
 
+# the words of a question that asks only what a config key is, does or defaults to
+_DEFINING_EN = frozenset(
+    "what whats what's does do did is are the a an this that config configuration configs option setting "
+    "parameter param flag field key deepspeed ds json in of mean means meaning for used use purpose "
+    "control controls explain describe please default value type exactly".split()
+)
+_DEFINING_ZH = re.compile(r"是什么意思|什么意思|是干什么的|干什么的|干什么|有什么用|有啥用|的作用是什么|作用是什么|作用|"
+                          r"是什么|是啥|默认值是多少|默认值|默认是多少|请问|一下|解释|这个|参数|配置|选项|里的|中的|的|是|吗|呢|啊")
+
+
+def asks_only_what_key_is(question: str, keys: list[str]) -> bool:
+    """Whether the question asks nothing but what the named config keys (dotted paths) are, do or
+    default to ("What does overlap_comm do?", "stage3_max_live_parameters 是什么意思"): what the config
+    catalogue's entry of a key answers by itself. Every word beside the keys, their dotted endings, the
+    sections they sit in and punctuation must be one of a few defining words; any other word (a version, a value, a symptom, a
+    comparison) asks more."""
+    if not keys:
+        return False
+    text = question.lower()
+    for path in sorted(keys, key=len, reverse=True):
+        parts = path.lower().split(".")
+        for i in range(len(parts)):  # the whole path, then each dotted ending
+            text = text.replace(".".join(parts[i:]), " ")
+        for part in parts:  # and the sections it sits in, named apart ("zero_optimization 里的 overlap_comm")
+            text = re.sub(rf"(?<![\w.]){re.escape(part)}(?![\w.])", " ", text)
+    text = _DEFINING_ZH.sub(" ", text)
+    words = re.findall(r"[a-z']+|\d+|[^\W\d_a-z]+", text)
+    return all(w in _DEFINING_EN for w in words)
+
+
 @dataclass(frozen=True)
 class QuestionParts:
     ask: str  # the sentences that ask (or quote the error); the whole question when nothing stands out

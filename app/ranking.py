@@ -43,6 +43,7 @@ FEATURES: tuple[str, ...] = (
     "span_bm25",  # best BM25 over that passage / the best candidate's
     "span_cover",  # share of the ask's terms found anywhere in that passage
     "unit_cos",  # best cosine over the chunk's sentences and list items, minus the best candidate's
+    "seen",  # best cosine with a remembered tune question this chunk answers (`app/question_memory.py`)
 )
 
 
@@ -86,6 +87,8 @@ class QuerySignals:
     unknowable: bool = False  # asks for a date, price, opinion or measured number (`app.query.asks_unknowable`)
     unseen_terms: int = 0  # how many of the ask's terms no chunk's text or heading holds
     unit_cos: np.ndarray | None = None  # per chunk of `pool`, the best cosine over its text units (None: the chunk's cosine)
+    seen: np.ndarray | None = None  # per chunk, `ChunkMemory.seen` of the question (None: no memory)
+    seen_best: float | None = None  # `ChunkMemory.best` of the question (None: no memory)
     pool: np.ndarray | None = None  # the chunks worth ranking (`HybridRetriever.pool`), before any filter
 
 
@@ -177,6 +180,8 @@ def candidate_features(ids: np.ndarray, q: QuerySignals, table: FeatureTable) ->
     rows[:, 18] = table.count(table.span_text, q.ask_terms)[ids] / n_terms
     unit = q.cos[ids] if q.unit_cos is None else q.unit_cos[ids]
     rows[:, 19] = unit - unit.max()
+    if q.seen is not None:
+        rows[:, 20] = q.seen[ids]
     return rows
 
 

@@ -26,6 +26,7 @@ from app.glossary import Glossary, has_cjk
 from app.linear_model import LinearModel
 from app.query import asks_unknowable, identifiers, split_question
 from app.query_adapter import QueryAdapter
+from app.question_memory import ChunkMemory
 from app.ranking import ChunkTerms, FeatureTable, QuerySignals, candidate_features, chunk_terms
 from indexer.documents import Chunk
 from indexer.embedder import Embedder
@@ -98,6 +99,7 @@ class RetrievalOptions:
     sentence_cosine: bool = True  # the ranker reads each chunk's best sentence cosine (off: its whole-chunk cosine)
     one_per_section: bool = True  # a second chunk of a section already shown (same page and headings) is skipped
     query_adapter: QueryAdapter | None = None  # the learned query-vector correction (`app/query_adapter.py`)
+    question_memory: ChunkMemory | None = None  # the tune questions and their answering chunks (`app/question_memory.py`)
 
 
 class HybridRetriever:
@@ -157,6 +159,9 @@ class HybridRetriever:
         ask_terms = frozenset(tokenize(ask))
         vector = pending.result()
         adapter = self.options.query_adapter
+        memory = self.options.question_memory
+        if memory is not None and memory.memory.dimension != len(vector):
+            memory = None
         searched = adapter.apply(vector) if adapter is not None and adapter.dimension == len(vector) else vector
         cos = self.matrix @ searched if len(self.matrix) else np.zeros(0, dtype=np.float32)
         signals = QuerySignals(
@@ -172,6 +177,8 @@ class HybridRetriever:
             unknown_identifiers=frozenset(t for t in named if not self.feature_table.knows(t)),
             unknowable=asks_unknowable(question),
             unseen_terms=sum(1 for t in ask_terms if not self.feature_table.knows(t)),
+            seen=memory.seen(vector) if memory is not None else None,
+            seen_best=memory.best(vector) if memory is not None else None,
             pool=(pool := self.pool(bm25, cos, bm25_ask)),
             unit_cos=self.unit_cosines(searched, cos, pool) if self.options.sentence_cosine else None,
         )

@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     bm25_weight: float = 0.6
     dense_weight: float = 0.4
     candidate_depth: int = 100
-    learned_ranking: bool = True  # re-rank with app/ranker.json over the query adapter's cosines (app/query_adapter.npz; both trained on the tune split); off: weighted fusion, base cosines
+    learned_ranking: bool = True  # re-rank with app/ranker.json over the query adapter's cosines (app/query_adapter.npz) and the question memory (app/question_memory.npz), all from the tune split; off: weighted fusion, base cosines
     passage_words: int = 350  # a passage grows with its section's neighbouring chunks up to this budget (0: off)
     # whether the docs cover a question: the learned decision (app/abstention.json, trained on the tune
     # split against unanswerable questions); without it, the best passage cosine against the threshold

@@ -64,6 +64,7 @@ def ablations(shipped: HybridRetriever, tune: list) -> dict[str, Retriever]:  # 
     return {
         "-ranker": shipped.with_options(ranker=None),
         "-adapter": retrained("noadapter", index, replace(o, query_adapter=None)),
+        "-memory": retrained("nomemory", index, replace(o, question_memory=None)),
         "-ask_split": retrained("noask", index, replace(o, split_ask=False)),
         "-abbrev": retrained("noabbrev", plain, o, _plain_tokens),
         "-unit_cos": retrained("nounitcos", index, replace(o, sentence_cosine=False)),

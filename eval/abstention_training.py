@@ -50,12 +50,17 @@ def train_abstention(retriever: HybridRetriever, answerable: list[Question], una
         raise ValueError("the coverage decision is trained on tune questions only")
     # with a query adapter, an answerable tune question is searched through one fitted without it (an
     # adapter's cosines are higher on the questions it was fitted on than on any new question)
-    own = None
+    # and with a question memory, through one that leaves out the question and its thread (its own
+    # entry would make every answerable tune question look already answered)
     if retriever.options.query_adapter is not None:
         from eval.adapter_training import crossfit
 
         by_id = crossfit(retriever, answerable)
-        own = [by_id[q.id] for q in answerable]
+    else:
+        from eval.memory_training import held_out
+
+        by_id = held_out(retriever, answerable)
+    own = [by_id[q.id] for q in answerable]
     pos = coverage_rows(retriever, [q.question for q in answerable], own)
     neg = coverage_rows(retriever, [u.question for u in unanswerable])
     x = np.vstack([pos, neg])

@@ -150,9 +150,13 @@ def fold_adapters(retriever: HybridRetriever, tune: list[Question], extra: list[
 
 
 def crossfit(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None) -> dict[str, HybridRetriever]:
-    """Tune question id -> the retriever whose adapter never saw the question."""
+    """Tune question id -> the retriever whose adapter never saw the question, and whose question
+    memory does not hold it (`eval.memory_training.held_out`)."""
+    from eval.memory_training import held_out
+
     by_fold = {f: retriever.with_options(query_adapter=a) for f, a in fold_adapters(retriever, tune, extra).items()}
-    return {q.id: by_fold[hash_fold(q.id, FOLDS)] for q in tune}
+    # and whose question memory leaves out its own entry and its thread's
+    return held_out(retriever, tune, {q.id: by_fold[hash_fold(q.id, FOLDS)] for q in tune})
 
 
 def train_adapter(retriever: HybridRetriever, tune: list[Question], out: Path = ADAPTER_FILE,

@@ -4,6 +4,7 @@ it say "not covered" exactly when it should (answerable sets vs `eval/unanswerab
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import statistics
@@ -60,11 +61,28 @@ def load_unanswerable(path: Path = UNANSWERABLE) -> list[Unanswerable]:
     return [Unanswerable(str(r["id"]), str(r["question"]), str(r.get("lang", "en")), str(r.get("kind", ""))) for r in rows]
 
 
+def _held_out_engines(engine: Engine, questions: list[Question]) -> dict[str, Engine]:
+    """Question id -> the engine whose question memory leaves out the question and its thread
+    (`eval.memory_training.held_out`); empty without a memory."""
+    from app.retriever import HybridRetriever
+    from eval.memory_training import held_out
+
+    if not isinstance(engine.retriever, HybridRetriever) or engine.retriever.options.question_memory is None:
+        return {}
+    out = {}
+    for qid, retriever in held_out(engine.retriever, questions).items():
+        other = copy.copy(engine)  # shares the loaded index and what the engine computed once
+        other.retriever = retriever
+        out[qid] = other
+    return out
+
+
 def answer_report(engine: Engine, answerable: list[Question], unanswerable: list[Unanswerable]) -> dict[str, Any]:
     """Evidence-in-answer rate, cut segments, answer length, abstention both ways."""
     rows: list[dict[str, Any]] = []
+    own = _held_out_engines(engine, answerable)
     for q in answerable:
-        reply = ask(engine, AskRequest(question=q.question))
+        reply = ask(own.get(q.id, engine), AskRequest(question=q.question))
         segs = segments(reply.answer) if reply.covered else []
         rows.append({
             "id": q.id, "lang": q.lang, "covered": reply.covered, "evidence": has_evidence(reply.answer, q.evidence),

@@ -55,6 +55,10 @@ def question_units(engine: Engine, questions: list[Question]) -> list[QuestionUn
         from eval.adapter_training import crossfit
 
         own = crossfit(retriever, questions)  # passages as a question the adapter never saw gets them
+    elif isinstance(retriever, HybridRetriever):
+        from eval.memory_training import held_out
+
+        own = held_out(retriever, questions)  # and not through the question's own memory entry
     out: list[QuestionUnits] = []
     for q in questions:
         result = own.get(q.id, retriever).search(q.question, 5)

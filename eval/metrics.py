@@ -30,6 +30,7 @@ class Question:
     topic: str
     evidence: tuple[str, ...]
     must_mention: tuple[str, ...]
+    origin: str = ""  # where the question came from: a thread (`github-issue owner/repo#N`) or a kind of reading
 
 
 def load_questions(path: Path) -> list[Question]:
@@ -47,6 +48,7 @@ def load_questions(path: Path) -> list[Question]:
                     topic=str(d.get("topic", "")),
                     evidence=tuple(str(g["evidence"]) for g in d.get("gold", [])),
                     must_mention=tuple(str(m) for m in d.get("must_mention", [])),
+                    origin=str(d.get("origin", "")),
                 )
             )
         except (ValueError, KeyError, TypeError) as exc:

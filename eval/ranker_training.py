@@ -114,7 +114,9 @@ def train_ranker(retriever: HybridRetriever, tune: list[Question], out: Path = R
     adapted = retriever.options.query_adapter is not None
     if any(split_of(q.id) != "tune" for q in tune):
         raise ValueError("the ranker is trained on tune questions only")
-    data = question_rows(retriever, tune, crossfit(retriever, tune) if adapted else None)
+    from eval.memory_training import held_out
+
+    data = question_rows(retriever, tune, crossfit(retriever, tune) if adapted else held_out(retriever, tune))
     c, cv = choose_c(data)
     ranker = fit([d for d in data if d.labels.any()], c, trained_on=f"tune split, {len(tune)} questions, C={c}",
                  encoder=retriever.embedder.name)
@@ -122,6 +124,7 @@ def train_ranker(retriever: HybridRetriever, tune: list[Question], out: Path = R
     return {
         "questions": len(tune),
         "query_adapter": "cross-fitted" if adapted else "none",
+        "question_memory": "each question without its own entry and thread" if retriever.options.question_memory else "none",
         "with_relevant_candidate": sum(1 for d in data if d.labels.any()),
         "C": c,
         "cv_mrr@10": {str(k): round(v, 4) for k, v in cv.items()},

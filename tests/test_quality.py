@@ -9,20 +9,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.answer import load_unit_model
+from app.answer import keys_named, load_unit_model
 from app.answer_shapes import ERROR_LINE
-from app.ask import ask
+from app.ask import ask, prepare
 from app.coverage import load_abstention
 from app.engine import load_engine
+from app.query import asks_only_what_key_is
 from app.query_adapter import load_query_adapter
 from app.ranking import load_ranker
 from app.retriever import HybridRetriever
 from app.schemas import AskRequest
 from app.settings import Settings
-from eval.abstention_training import train_abstention
+from eval.abstention_training import coverage_rows, train_abstention
 from eval.adapter_training import train_adapter
 from eval.answer_quality import UNANSWERABLE_OUTSIDE, answer_report, load_unanswerable
 from eval.answer_training import train_answer_units
+from eval.memory_training import build_memory
 from eval.metrics import load_questions
 from eval.question_set import OUTSIDE_QUESTIONS, QUESTIONS_DIR, load_split, split_of
 from eval.ranker_training import train_ranker
@@ -46,40 +48,37 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing on the 326-question test split: hit@1 0.635, hit@5 0.877, MRR@10 0.737, zh hit@5
-    0.850; on its 213 questions of the stop before, 0.653 / 0.892 / 0.756 / zh 0.889 (were 0.638 / 0.883 /
-    0.744 / 0.873). The set grew by 242 real-user questions in that stop (tune 245 -> 374), leaning to
-    topics it had few of (the 90 added last scored 0.478 / 0.789 / 0.605 before any model saw them), the
-    Chinese glossary by 274 everyday words (default, support, script, buffer, submodule, empty...) and the
-    known-cause note by 50 sections; the four models were retrained on the larger tune half. 39 of the new
-    test questions sat in tune (under ids that collided with the outside set's and were renamed) while
-    the first 110 glossary words were drafted: the 213 and the outside set are the figures no choice
-    touched. Issue 9's targets, 0.65 / 0.92 / 0.75 / 0.90, are not reached on the whole split; these
+    """Measured at landing on the 326-question test split: hit@1 0.659, hit@5 0.902, MRR@10 0.761, zh hit@5
+    0.880 (the stop before, without the question memory: 0.635 / 0.877 / 0.737 / 0.850). A test question
+    is scored with the remembered questions of its own GitHub thread left out (13 test questions have one
+    in tune), so the memory counts only for what a new user's question would get from it. Issue 9's
+    targets, 0.65 / 0.92 / 0.75 / 0.90: hit@1 and MRR@10 are reached, hit@5 and zh hit@5 are not; these
     floors keep what was won, about two questions of margin."""
     t = scores["shipped"]["test"]
-    assert t["all"]["hit@5"] >= 0.87
-    assert t["all"]["hit@1"] >= 0.625
-    assert t["all"]["mrr@10"] >= 0.73
-    assert t["zh"]["hit@5"] >= 0.83
+    assert t["all"]["hit@5"] >= 0.895
+    assert t["all"]["hit@1"] >= 0.65
+    assert t["all"]["mrr@10"] >= 0.75
+    assert t["zh"]["hit@5"] >= 0.86
     assert t["all"]["median_top5_words"] <= 350
 
 
 def test_floors_on_the_outside_set(scores: dict[str, dict]) -> None:
     """`eval/heldout/outside.jsonl`: 80 real-user questions written after every model was trained and never
-    split, tuned or trained on. Measured at landing: hit@1 0.550, hit@5 0.838, MRR@10 0.676, zh hit@5 0.886
-    (35 zh); the stop before, 0.525 / 0.775 / 0.631 / zh 0.743: the everyday-word glossary carried to
-    Chinese questions nothing was tuned on. Floors about two questions under."""
+    split, tuned or trained on. Measured at landing: hit@1 0.600, hit@5 0.875, MRR@10 0.715, zh hit@5 0.886
+    (35 zh); the stop before, without the question memory, 0.550 / 0.838 / 0.676 / zh 0.886. Floors about
+    two questions under."""
     o = scores["shipped"]["outside"]
     assert o["all"]["n"] == 80
-    assert o["all"]["hit@5"] >= 0.81 and o["all"]["hit@1"] >= 0.525 and o["all"]["mrr@10"] >= 0.65
+    assert o["all"]["hit@5"] >= 0.85 and o["all"]["hit@1"] >= 0.575 and o["all"]["mrr@10"] >= 0.69
     assert o["zh"]["hit@5"] >= 0.83
     for name in ("bm25", "dense", "rrf"):
         assert o["all"]["mrr@10"] > scores[name]["outside"]["all"]["mrr@10"], name
 
 
 def test_tune_and_test_agree(scores: dict[str, dict]) -> None:
-    """`tune` is cross-fitted (each question through a query adapter fitted without its fold); the
-    in-sample `tune-in` (0.936 at landing, cross-fitted 0.861) only shows how much the adapter memorises."""
+    """`tune` is cross-fitted (each question through a query adapter fitted without its fold and a
+    question memory without it and its thread); the in-sample `tune-in` (1.000 at landing, cross-fitted
+    0.882) only shows how much the adapter and the memory hold of the questions they were built from."""
     s = scores["shipped"]
     assert s["tune-in"]["all"]["hit@5"] >= s["tune"]["all"]["hit@5"]
     assert s["tune"]["all"]["hit@5"] - s["test"]["all"]["hit@5"] <= 0.03
@@ -109,6 +108,21 @@ def test_shipped_ranker_is_the_one_tune_gives(engine, tmp_path: Path) -> None:
     assert fresh is not None and shipped is not None
     assert report["questions"] == len(load_split("tune"))
     assert np.allclose(fresh.weights, shipped.weights, atol=0.05), (fresh.weights, shipped.weights)
+
+
+def test_shipped_question_memory_is_the_one_tune_gives(engine) -> None:
+    """Rebuilt here from the tune split alone, the memory matches app/question_memory.npz: the same tune
+    questions, answered by the same chunks of this index, and vectors that agree to a cosine of 0.995 (the
+    int8 query encoder's rounding differs a little between CPUs: 0.015 in one coordinate at most, measured)."""
+    retriever = engine.retriever
+    assert isinstance(retriever, HybridRetriever) and retriever.options.question_memory is not None
+    shipped = retriever.options.question_memory.memory
+    fresh = build_memory(retriever.with_options(query_adapter=None, question_memory=None), load_split("tune"))
+    assert fresh.ids == shipped.ids and fresh.origins == shipped.origins and fresh.encoder == shipped.encoder
+    assert fresh.answers == shipped.answers
+    agreement = np.sum(fresh.vectors * shipped.vectors, axis=1) / np.linalg.norm(shipped.vectors, axis=1)
+    assert agreement.min() >= 0.995, float(agreement.min())
+    assert retriever.options.question_memory.resolved == len(shipped.ids)  # every entry found in this index
 
 
 def test_shipped_query_adapter_is_the_one_tune_gives(engine, tmp_path: Path) -> None:
@@ -142,26 +156,44 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 def test_answers_on_held_out_questions(engine) -> None:
     """Measured at landing (served int8 query encoder), on sets no choice was made on. The test split, 326
-    answerable and 162 unanswerable questions: the answer text holds a gold phrase for 56.7% (zh 53.0%);
-    no cited segment is cut (0 of 1515), median 117 words; 61.7% of the unanswerable ones refused and 2.8%
-    (9) of the answerable ones. The outside sets (`eval/heldout/`, 80 answerable, 80 unanswerable, never
-    trained or tuned on): 50.0% hold a gold phrase (43.8% the stop before), 63.8% refused (60.0%), 2.5%
-    (2) of the answerable refused (2.5%). The threshold sits at the 2% conformal quantile of tune's
-    answerable scores (1.5% the stop before), chosen on tune's cross-validation. Issue 10's targets (75%
-    evidence, 90% refused at <= 3% false) are not reached."""
+    answerable and 162 unanswerable questions: the answer text holds a gold phrase for 59.5% (zh 54.0%;
+    56.7% the stop before); no cited segment is cut (0 of 1520), median 117 words; 65.4% of the
+    unanswerable ones refused (61.7%) and 2.8% (9) of the answerable ones (2.8%). The outside sets
+    (`eval/heldout/`, 80 answerable, 80 unanswerable, never trained or tuned on): 53.8% hold a gold phrase
+    (50.0%), 70.0% refused (63.8%), 2.5% (2) of the answerable refused (2.5%). The gains are the question
+    memory's: the ranker reads its `seen` and the coverage decision its `seen_best`. The threshold sits
+    at the 2% conformal quantile of tune's answerable scores, chosen on tune's cross-validation. Issue
+    10's targets (75% evidence, 90% refused at <= 3% false) are not reached."""
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.55
+    assert report["evidence_in_answer"] >= 0.585
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
-    assert report["abstention"] >= 0.59
+    assert report["abstention"] >= 0.63
     assert report["false_abstention"] <= 0.035
     outside = answer_report(engine, load_questions(OUTSIDE_QUESTIONS), load_unanswerable(UNANSWERABLE_OUTSIDE))
     print(outside)
     assert outside["answerable"] == 80 and outside["unanswerable"] == 80
-    assert outside["evidence_in_answer"] >= 0.47 and outside["cut_segments"] == 0
-    assert outside["abstention"] >= 0.6 and outside["false_abstention"] <= 0.05
+    assert outside["evidence_in_answer"] >= 0.51 and outside["cut_segments"] == 0
+    assert outside["abstention"] >= 0.67 and outside["false_abstention"] <= 0.05
+
+
+def test_asking_what_a_key_does_is_never_refused(engine) -> None:
+    """Every distinctive key of the installed catalogue, asked tersely in English and Chinese: the
+    coverage decision alone refused 42% and 57% of them at landing (a short question sits far from
+    every passage); the catalogue's entry answers each. None of our answerable or unanswerable
+    questions has this form: the rule changes none of their figures."""
+    facts = engine.config_facts
+    leaves = sorted({p.rsplit(".", 1)[-1] for p in facts if "_" in p.rsplit(".", 1)[-1] and keys_named(p.rsplit(".", 1)[-1], facts)})
+    assert len(leaves) > 150
+    for form in ("What does {} do?", "{} 是什么意思？"):
+        refused = [k for k in leaves if not prepare(engine, AskRequest(question=form.format(k))).covered]
+        assert not refused, (form, refused[:5])
+    reply = ask(engine, AskRequest(question="What does stage3_prefetch_bucket_size do?"))
+    assert reply.answer.startswith("Config: `zero_optimization.stage3_prefetch_bucket_size`")
+    unanswerable = [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
+    assert not [q for q in unanswerable if asks_only_what_key_is(q, keys_named(q, facts))]
 
 
 def test_each_question_kind_gets_its_answer_shape(engine) -> None:
@@ -201,4 +233,11 @@ def test_shipped_coverage_decision_is_the_one_tune_gives(engine, tmp_path: Path)
     fresh, shipped = load_abstention(tmp_path / "a.json"), load_abstention()
     assert fresh is not None and shipped is not None
     assert report["tune_false_abstention"] <= 0.03
-    assert np.allclose(fresh.weights, shipped.weights, atol=0.05) and abs(fresh.threshold - shipped.threshold) < 0.05
+    # the same decision, not the same weights: BM25's two strengths and the top passage's cover move
+    # together, and an index built again (the chunk vectors differ in the last float bits) shifted
+    # their weights by up to 0.1 while the two models' decisions agreed on 99.8% of the test questions
+    questions = [q.question for q in load_split("test")] + [u.question for u in load_unanswerable() if split_of(u.id) == "test"]
+    rows = coverage_rows(engine.retriever, questions)
+    fresh_scores, shipped_scores = fresh.score(rows), shipped.score(rows)
+    agree = np.mean((fresh_scores >= fresh.threshold) == (shipped_scores >= shipped.threshold))
+    assert agree >= 0.98 and np.corrcoef(fresh_scores, shipped_scores)[0, 1] >= 0.995, agree

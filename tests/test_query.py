@@ -1,0 +1,39 @@
+"""Question forms (`app/query.py`): which questions ask nothing but what a config key is."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.query import asks_only_what_key_is
+
+KEY = ["zero_optimization.overlap_comm"]
+
+
+@pytest.mark.parametrize("question", [
+    "What does overlap_comm do?",
+    "what is zero_optimization.overlap_comm",
+    "What does `overlap_comm` mean in the DeepSpeed config?",
+    "What is the default value of overlap_comm?",
+    "Explain the overlap_comm option please",
+    "overlap_comm 是什么意思？",
+    "zero_optimization 里的 overlap_comm 参数是干什么的",
+])
+def test_defining_questions(question: str) -> None:
+    assert asks_only_what_key_is(question, KEY)
+
+
+@pytest.mark.parametrize("question", [
+    "Is overlap_comm deprecated?",  # a status, not a definition
+    "what does overlap_comm do on H100",  # hardware
+    "When was overlap_comm added?",  # a version
+    "Should I set overlap_comm to true with stage 3?",  # a choice and a value
+    "overlap_comm 开了以后 loss 会不会变",  # a symptom
+    "What does overlap_comm do compared with contiguous_gradients?",  # a comparison with an unknown key
+])
+def test_questions_that_ask_more(question: str) -> None:
+    assert not asks_only_what_key_is(question, KEY)
+
+
+def test_no_key_named_is_never_defining() -> None:
+    assert not asks_only_what_key_is("What does it do?", [])
+    assert not asks_only_what_key_is("What does overlap_comm do?", ["zero_optimization.reduce_scatter"])
