@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is imported anywhere
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -21,6 +21,9 @@ from app.query_adapter import ADAPTER_FILE  # noqa: E402
 from app.question_memory import MEMORY_FILE  # noqa: E402
 from app.ranking import RANKER_FILE  # noqa: E402
 from app.settings import Settings, SettingsError, settings_from_env  # noqa: E402
+
+if TYPE_CHECKING:
+    from app.retriever import HybridRetriever
 
 log = logging.getLogger("dsqa")
 
@@ -224,17 +227,24 @@ def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine import load_engine, query_adapter_for, question_memory_for
+def _training_retriever(args: argparse.Namespace, settings: Settings, learned_off: str) -> HybridRetriever:
+    """The hybrid retriever of the index `--index` names, with the learned part being trained switched off."""
+    from app.engine import load_engine
     from app.retriever import HybridRetriever
-    from eval.question_set import load_split
-    from eval.ranker_training import train_ranker
 
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
-    engine = load_engine(settings.model_copy(update={"learned_ranking": False}))
-    _, retriever = engine.require()
+    _, retriever = load_engine(settings.model_copy(update={learned_off: False})).require()
     assert isinstance(retriever, HybridRetriever)
+    return retriever
+
+
+def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
+    from app.engine import query_adapter_for, question_memory_for
+    from eval.question_set import load_split
+    from eval.ranker_training import train_ranker
+
+    retriever = _training_retriever(args, settings, "learned_ranking")
     adapter = query_adapter_for(retriever.embedder.name)  # the ranker reads the adapted cosines when one ships
     if adapter is not None:
         retriever = retriever.with_options(query_adapter=adapter)
@@ -247,44 +257,27 @@ def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_train_adapter(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine import load_engine
-    from app.retriever import HybridRetriever
     from eval.adapter_training import train_adapter
     from eval.question_set import load_split
 
-    if args.index:
-        settings = settings.model_copy(update={"index_dir": args.index})
-    _, retriever = load_engine(settings.model_copy(update={"learned_ranking": False})).require()
-    assert isinstance(retriever, HybridRetriever)
-    _print_json(train_adapter(retriever, load_split("tune"), args.out))
+    _print_json(train_adapter(_training_retriever(args, settings, "learned_ranking"), load_split("tune"), args.out))
     return 0
 
 
 def cmd_train_memory(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine import load_engine
-    from app.retriever import HybridRetriever
     from eval.memory_training import train_memory
     from eval.question_set import load_split
 
-    if args.index:
-        settings = settings.model_copy(update={"index_dir": args.index})
-    _, retriever = load_engine(settings.model_copy(update={"learned_ranking": False})).require()
-    assert isinstance(retriever, HybridRetriever)
-    _print_json(train_memory(retriever, load_split("tune"), args.out))
+    _print_json(train_memory(_training_retriever(args, settings, "learned_ranking"), load_split("tune"), args.out))
     return 0
 
 
 def cmd_train_abstention(args: argparse.Namespace, settings: Settings) -> int:
-    from app.engine import load_engine
-    from app.retriever import HybridRetriever
     from eval.abstention_training import train_abstention
     from eval.answer_quality import load_unanswerable
     from eval.question_set import load_split, split_of
 
-    if args.index:
-        settings = settings.model_copy(update={"index_dir": args.index})
-    _, retriever = load_engine(settings.model_copy(update={"learned_abstention": False})).require()
-    assert isinstance(retriever, HybridRetriever)
+    retriever = _training_retriever(args, settings, "learned_abstention")
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "tune"]
     _print_json(train_abstention(retriever, load_split("tune"), unanswerable, args.out))
     return 0

@@ -33,6 +33,22 @@ _UNKNOWABLE = re.compile(
 )
 
 
+# which release first had a feature: release notes say that, the docs seldom do
+_FIRST_RELEASE = re.compile(
+    r"\b(which|what) (deepspeed |ds )?(version|release)s?\b.{0,40}\b(introduc|add|ship|land|support|start|first|began|br(ing|ought)|got)"
+    r"|\bsince (which|what) (deepspeed |ds )?(version|release)|\bfirst (shipped|added|introduced|appeared|had)\b.{0,30}\b(version|release)"
+    r"|\b(version|release) (that )?(first )?(introduced|added)\b"
+    r"|哪个版本(开始|加|引入|支持|才|有)|从哪个.{0,12}版本|哪一?版.{0,6}(开始|加入|引入)|什么版本(开始|加入|引入|才)",
+    re.IGNORECASE,
+)
+
+
+def asks_first_release(question: str) -> bool:
+    """Whether the question asks which release first had a feature (a signal for the coverage
+    decision of its own: folded into `asks_unknowable` it moved nothing on tune's cross-validation)."""
+    return bool(_FIRST_RELEASE.search(question))
+
+
 def asks_unknowable(question: str) -> bool:
     """Whether the question asks for what documentation does not hold: a date or roadmap, a price or
     budget, an opinion or recommendation, a measured throughput. A signal for the coverage decision,

@@ -85,6 +85,7 @@ class QuerySignals:
     ask_identifiers: frozenset[str] = frozenset()  # the identifiers of the ask alone
     unknown_identifiers: frozenset[str] = frozenset()  # the question's identifiers no chunk or heading names
     unknowable: bool = False  # asks for a date, price, opinion or measured number (`app.query.asks_unknowable`)
+    first_release: bool = False  # asks which release first had a feature (`app.query.asks_first_release`)
     unseen_terms: int = 0  # how many of the ask's terms no chunk's text or heading holds
     unit_cos: np.ndarray | None = None  # per chunk of `pool`, the best cosine over its text units (None: the chunk's cosine)
     seen: np.ndarray | None = None  # per chunk, `ChunkMemory.seen` of the question (None: no memory)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.query import asks_only_what_key_is
+from app.query import asks_first_release, asks_only_what_key_is
 
 KEY = ["zero_optimization.overlap_comm"]
 
@@ -37,3 +37,17 @@ def test_questions_that_ask_more(question: str) -> None:
 def test_no_key_named_is_never_defining() -> None:
     assert not asks_only_what_key_is("What does it do?", [])
     assert not asks_only_what_key_is("What does overlap_comm do?", ["zero_optimization.reduce_scatter"])
+
+
+@pytest.mark.parametrize(("question", "asks"), [
+    ("Which deepspeed version introduced the torch_autocast config block?", True),
+    ("Since which release has deepspeed worked with numpy 2.x?", True),
+    ("Which DeepSpeed release first shipped Domino?", True),
+    ("Muon optimizer 是 deepspeed 哪个版本加进来的？", True),
+    ("zero_to_fp32.py 的 --safe_serialization 参数是哪个版本开始有的？", True),
+    ("Was the elasticity config block removed from DeepSpeed?", False),  # the installed version answers
+    ("Which version of torch do I need for DeepSpeed 0.19?", False),
+    ("What does overlap_comm do?", False),
+])
+def test_asks_first_release(question: str, asks: bool) -> None:
+    assert asks_first_release(question) is asks
