@@ -27,7 +27,7 @@ from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
 from app.llm_client import Numbered, citation_problem, messages_for
-from app.query import asks_only_what_key_is, split_question
+from app.query import QUESTION_WORDS_ZH, asks_only_what_key_is, split_question
 from app.retriever import Hit, SearchResult
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
 from indexer.documents import Snippet
@@ -88,7 +88,7 @@ def version_notes(stale: dict[str, Snippet], hits: list[Hit], answer: str, quest
 
 def terms_line(glossary: Glossary, question: str, limit: int = 4) -> str:
     """For a Chinese question: the glossary terms it used and the English the docs use for them."""
-    matched = glossary.matches(question)
+    matched = [zh for zh in glossary.matches(question) if zh not in QUESTION_WORDS_ZH]
     technical = [zh for zh in matched if len(zh) >= 3 or "_" in glossary.terms[zh]]  # not 参数, 版本, 打印...
     pairs = [f"{zh} → {glossary.terms[zh]}" for zh in (technical or matched[:2])[:limit]]
     return f"术语：{'；'.join(pairs)}\n" if pairs else ""
@@ -183,8 +183,12 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
     if kind == "version":  # the installed deepspeed's word first, unless the quoted units say it already
         said = answer_text(sources, cands, scores, budget - len(tail.split()))
         head = status_line(result.query, named, engine.config_status, said)
+    elif asks_only_what_key_is(request.question, asked := keys_named(request.question, facts)):
+        head = key_line(asked, engine.config_docs)  # what the key does, in the catalogue's words, first
     room = budget - len(head.split()) - len(tail.split())
     body = answer_text(sources, cands, scores, room)
+    if head and kind != "version" and " ".join(head.split(": ", 1)[-1].split()).rstrip(".") in " ".join(body.split()):
+        head = ""  # the quoted units say it already
     extra = missing_sides(body, cands, scores, sides(result.query)) if kind == "compare" else []
     if extra:  # the other side of a comparison joins: the units before it make room
         body = answer_text(sources, cands, scores, room - sum(len(c.unit.text.split()) for c in extra))
@@ -194,8 +198,14 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
         body = answer_text(sources, cands, scores, room - len(keys.split()) - sum(len(c.unit.text.split()) for c in extra))
         body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
         keys = config_line(result.query, body, facts)
-    parts = [keys, body] if kind == "config" and keys else [head, body, keys]
+    parts = [keys, head, body] if kind == "config" and keys else [head, body, keys]
     return "\n".join(p for p in [*parts, tail] if p)
+
+
+def key_line(keys: list[str], docs: dict[str, str], limit: int = 2) -> str:
+    """'`a.b`: what it does.' for the first keys the catalogue describes ('' for none)."""
+    said = [f"`{k}`: {docs[k].rstrip()}" for k in keys if docs.get(k)][:limit]
+    return " ".join(t if t.endswith((".", "!", "?", ")")) else t + "." for t in said)
 
 
 def finish(engine: Engine, request: AskRequest, prepared: Prepared, answer: str) -> AskResponse:

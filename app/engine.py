@@ -29,7 +29,7 @@ from app.settings import Settings
 from indexer.documents import Snippet
 from indexer.embedder import Embedder, make_embedder
 from indexer.onnx_encoder import ENCODER_DIR, INT8_FILE, MODEL_FILE, OnnxEmbedder, has_encoder
-from indexer.package_source import key_facts, key_status
+from indexer.package_source import key_descriptions, key_facts, key_status
 from indexer.snippet_status import FAILS
 from indexer.store import IndexError_, LoadedIndex, load_index
 
@@ -64,7 +64,7 @@ class Engine:
         if isinstance(self.retriever, HybridRetriever):
             self.retriever.warm()
         warm_units(u.text for units in self.index.units for u in units)
-        _ = self.config_facts
+        _ = self.config_facts, self.config_docs
 
     @cached_property
     def config_facts(self) -> dict[str, tuple[str, str]]:
@@ -74,6 +74,15 @@ class Engine:
             if chunk.source == "config":
                 facts.update(key_facts(chunk.text))
         return facts
+
+    @cached_property
+    def config_docs(self) -> dict[str, str]:
+        """Config key -> what its config passage says it does (computed once)."""
+        docs: dict[str, str] = {}
+        for chunk in self.index.chunks if self.index is not None else ():
+            if chunk.source == "config":
+                docs.update(key_descriptions(chunk.text))
+        return docs
 
     @cached_property
     def config_status(self) -> dict[str, str]:

@@ -56,6 +56,10 @@ def asks_unknowable(question: str) -> bool:
     return bool(_UNKNOWABLE.search(question))
 
 
+# Chinese words that only shape the ask ("what does it mean / do"): the glossary expands them for the
+# search, but they name nothing a reader needs translated
+QUESTION_WORDS_ZH = frozenset({"意思", "含义", "作用", "如何"})
+
 # the words of a question that asks only what a config key is, does or defaults to
 _DEFINING_EN = frozenset(
     "what whats what's does do did is are the a an this that config configuration configs option setting "

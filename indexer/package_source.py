@@ -248,6 +248,23 @@ def key_facts(text: str) -> dict[str, tuple[str, str]]:
     return facts
 
 
+def key_descriptions(text: str) -> dict[str, str]:
+    """Path -> what a config passage says a key does: the installed deepspeed's own text after the
+    key's facts, else the description cell of the docs' reference row under it ("Reference:
+    Description; Default" then "<description>; <default>"); keys with neither are left out."""
+    lines = text.splitlines()
+    out = {}
+    for i, m in enumerate(map(CATALOGUE_ENTRY.match, lines)):
+        if m is None:
+            continue
+        said = m.group("rest").strip()
+        if not said and i + 2 < len(lines) and lines[i + 1].startswith("Reference: Description; Default"):
+            said = lines[i + 2].rsplit("; ", 1)[0].strip()
+        if said:
+            out[m.group("key")] = said
+    return out
+
+
 _STATUS = re.compile(r"Deprecated: use `(?P<new>[\w.]+)` instead\.|(?P<bare>Deprecated\.)|Removed in deepspeed (?P<version>[\w.+-]+): (?P<message>[^\n]*)")
 
 

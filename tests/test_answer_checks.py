@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 
 from app.answer import NOT_COVERED, Source, about_other_option, config_line, extractive_answer, keys_named
-from app.ask import terms_line, version_notes
+from app.ask import key_line, terms_line, version_notes
 from app.coverage import COVERAGE_FEATURES, coverage_features
 from app.engine import retrieval_options
 from app.glossary import Glossary
@@ -158,6 +158,20 @@ def test_key_facts_read_back_what_the_catalogue_writes() -> None:
     assert key_facts(text) == {"a.b_c": ("int", "4"), "a.d": ("bool", "False")}
 
 
+def test_key_descriptions_take_the_package_word_else_the_docs_row() -> None:
+    from indexer.config_catalogue import ConfigKey
+    from indexer.package_source import describe_key, key_descriptions
+
+    keys = [ConfigKey("a.b_c", "int", "4", "Packs the buckets."), ConfigKey("a.d", "bool", "False", ""),
+            ConfigKey("a.e", "str", "x", "")]
+    text = "\n\n".join(describe_key(k, {}) for k in keys)
+    text = text.replace("`a.d` (type bool; default False).", "`a.d` (type bool; default False).\nReference: Description; Default\n"
+                        "Turns on d; for stage 3 only; `false`")
+    assert key_descriptions(text) == {"a.b_c": "Packs the buckets.", "a.d": "Turns on d; for stage 3 only"}  # a.e: neither
+    assert key_line(["a.e", "a.d", "a.b_c"], key_descriptions(text)) == "`a.d`: Turns on d; for stage 3 only. `a.b_c`: Packs the buckets."
+    assert key_line(["a.e"], key_descriptions(text)) == ""
+
+
 def test_version_note_only_on_a_cited_page_whose_failing_code_the_question_names() -> None:
     bad = Snippet(id="s", language="json", kind="ds_config", code="{}", chunk_id="c", source_url="u", path="docs/a.md",
                   status="fails", reason="/: deepspeed's own config parser rejects it: 'zero_optimization.mics_shard_size' is no longer supported",
@@ -177,3 +191,6 @@ def test_chinese_answers_name_the_terms_they_matched() -> None:
     assert "显存" not in line  # everyday two-character words give way to the technical terms
     assert terms_line(g, "显存不够怎么办？") == "术语：显存 → gpu memory\n"  # unless there are none
     assert terms_line(g, "没有术语") == ""
+    asked = Glossary({"意思": "meaning", "作用": "purpose what does it do", "显存": "gpu memory"})
+    assert terms_line(asked, "overlap_comm 是什么意思？") == ""  # words that only shape the ask are not terms
+    assert terms_line(asked, "显存参数的作用") == "术语：显存 → gpu memory\n"

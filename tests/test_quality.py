@@ -182,8 +182,9 @@ def test_answers_on_held_out_questions(engine) -> None:
 def test_asking_what_a_key_does_is_never_refused(engine) -> None:
     """Every distinctive key of the installed catalogue, asked tersely in English and Chinese: the
     coverage decision alone refused 42% and 57% of them at landing (a short question sits far from
-    every passage); the catalogue's entry answers each. None of our answerable or unanswerable
-    questions has this form: the rule changes none of their figures."""
+    every passage); the catalogue's entry answers each, its type, default and what it does first.
+    None of our answerable or unanswerable questions has this form: the rule changes none of their
+    figures."""
     facts = engine.config_facts
     leaves = sorted({p.rsplit(".", 1)[-1] for p in facts if "_" in p.rsplit(".", 1)[-1] and keys_named(p.rsplit(".", 1)[-1], facts)})
     assert len(leaves) > 150
@@ -192,6 +193,8 @@ def test_asking_what_a_key_does_is_never_refused(engine) -> None:
         assert not refused, (form, refused[:5])
     reply = ask(engine, AskRequest(question="What does stage3_prefetch_bucket_size do?"))
     assert reply.answer.startswith("Config: `zero_optimization.stage3_prefetch_bucket_size`")
+    said = reply.answer.split("\n")[1]  # then what it does, in the catalogue's words
+    assert said.startswith("`zero_optimization.stage3_prefetch_bucket_size`: ") and "prefetch" in said.lower()
     unanswerable = [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
     assert not [q for q in unanswerable if asks_only_what_key_is(q, keys_named(q, facts))]
 
