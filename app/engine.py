@@ -7,9 +7,11 @@ search without importing FastAPI.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 from threadpoolctl import threadpool_limits
@@ -34,6 +36,7 @@ from indexer.snippet_status import FAILS
 from indexer.store import IndexError_, LoadedIndex, load_index
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # reasons of a failed static check that mean the installed deepspeed no longer has the feature
 _STALE = ("removed", "missing in deepspeed", "neither one of deepspeed")
@@ -66,32 +69,28 @@ class Engine:
         warm_units(u.text for units in self.index.units for u in units)
         _ = self.config_facts, self.config_docs
 
+    def _read_config(self, read: Callable[[str], dict[str, T]]) -> dict[str, T]:
+        """One reading of every config passage of the index, merged by key."""
+        out: dict[str, T] = {}
+        for chunk in self.index.chunks if self.index is not None else ():
+            if chunk.source == "config":
+                out.update(read(chunk.text))
+        return out
+
     @cached_property
     def config_facts(self) -> dict[str, tuple[str, str]]:
         """Config key -> (type, default), read from the index's config passages (computed once)."""
-        facts: dict[str, tuple[str, str]] = {}
-        for chunk in self.index.chunks if self.index is not None else ():
-            if chunk.source == "config":
-                facts.update(key_facts(chunk.text))
-        return facts
+        return self._read_config(key_facts)
 
     @cached_property
     def config_docs(self) -> dict[str, str]:
         """Config key -> what its config passage says it does (computed once)."""
-        docs: dict[str, str] = {}
-        for chunk in self.index.chunks if self.index is not None else ():
-            if chunk.source == "config":
-                docs.update(key_descriptions(chunk.text))
-        return docs
+        return self._read_config(key_descriptions)
 
     @cached_property
     def config_status(self) -> dict[str, str]:
         """Config key -> the installed deepspeed's word on it when deprecated or removed (computed once)."""
-        status: dict[str, str] = {}
-        for chunk in self.index.chunks if self.index is not None else ():
-            if chunk.source == "config":
-                status.update(key_status(chunk.text))
-        return status
+        return self._read_config(key_status)
 
     @cached_property
     def stale_pages(self) -> dict[str, Snippet]:
