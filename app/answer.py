@@ -51,6 +51,7 @@ class Source:
     heading: str
     text: str
     units: tuple[Unit, ...] | None = None  # the passage's text units as indexed (None: split from `text`)
+    score: float = 0.0  # the retriever's ranking score of the passage (comparable within one question)
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ UNIT_FEATURES: tuple[str, ...] = (
     "block_start",  # opens its paragraph, list or table
     "cos_rank",  # 1 / (1 + rank by cosine among the candidates)
     "lexical_rank",  # 1 / (1 + rank by term share)
+    "passage_gap",  # the passage's ranking score minus the first passage's: how close a second passage runs
 )
 
 
@@ -124,6 +126,7 @@ def unit_features(ask: str, cands: list[Candidate], similarities: np.ndarray) ->
     rows[:, 2] = lexical
     rows[:, 9] = _rank_share(sims)
     rows[:, 10] = _rank_share(lexical)
+    top = max(c.source.score for c in cands)
     for i, c in enumerate(cands):
         text = c.unit.text
         rows[i, 3] = 1.0 / c.source.n
@@ -132,6 +135,7 @@ def unit_features(ask: str, cands: list[Candidate], similarities: np.ndarray) ->
         rows[i, 6] = about_other_option(ask, text)
         rows[i, 7] = any(x in text for x in idents)
         rows[i, 8] = i == 0 or cands[i - 1].source.n != c.source.n or cands[i - 1].unit.block != c.unit.block
+        rows[i, 11] = c.source.score - top
     return rows
 
 

@@ -110,7 +110,7 @@ def answer_sources(index: LoadedIndex, result: SearchResult) -> tuple[list[Sourc
             units += [Unit(u.text, u.block + offset) for u in chunk_units]
             if n <= ANSWER_DEPTH and usable and vectors is not None:
                 sims.append(vectors @ result.query_vector)
-        sources.append(Source(n=n, title=hit.chunk.title, heading=hit.chunk.heading, text=hit.chunk.text, units=tuple(units)))
+        sources.append(Source(n=n, title=hit.chunk.title, heading=hit.chunk.heading, text=hit.chunk.text, units=tuple(units), score=hit.score))
     similarities = np.concatenate(sims) if usable and sims else None
     return sources, similarities
 

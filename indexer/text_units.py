@@ -19,8 +19,9 @@ _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.)\s+")
 # a config catalogue line as `indexer/package_source.describe_key` writes it
 CATALOGUE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \(type (?P<type>[^;]+); default (?P<default>.*?)\)\.\s*(?P<rest>.*)$")
-_KEY_LINE = re.compile(r"^`?(?P<key>[a-z_][\w.]*)`?\s*:\s*\[(?P<type>[\w ]+)\]\s*$")
-_TABLE_HEADER = re.compile(r"^(?:Reference:\s*)?(?:Fields|Field|Description|Value|Key|Name)(?:;\s*\w+)+\s*$")
+# `key: [type]` (also *key*, and `section:key` for a nested one)
+_KEY_LINE = re.compile(r"^[`*]?(?P<key>[a-z_][\w.]*(?::[a-z_][\w.]*)*)[`*]?\s*:\s*\[(?P<type>[\w ]+)\]\s*$")
+_TABLE_HEADER = re.compile(r"^(?:Reference:\s*)?(?:Fields|Field|Parameter|Description|Value|Key|Name)(?:;\s*\w+)+\s*$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[*])")
 _ABBREVIATION_END = re.compile(r"\b(?:e\.g|i\.e|etc|vs|a\.k\.a|approx|Fig|No)\.$", re.I)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][\w.]*$")
@@ -32,6 +33,12 @@ _CLOSED = re.compile(r"""[.!?)\]"'`*]$""")
 # a unit that ends on one of these words without punctuation runs on into code or a list it lacks
 _RUNS_ON = frozenset("""a an the to of in on by with using use via call calls run runs set add as at for from
     following below like specifying specify and or is are be either then into this these""".split())
+# of those, the words a sentence its author closed never ends on ("... are available at." once its
+# link or reference is gone); "... the card you build it for." is whole
+_NEVER_LAST = frozenset("a an the to of and or with via at following below".split())
+# a sentence that ends on a colon points at what follows (a list, code, a figure) when it says so
+_POINTS_AHEAD = re.compile(r"\b(?:following|below|example|examples|as follows|like this|here is|here are|e\.g|such as|these|this)\b", re.I)
+_CODE_SPAN = re.compile(r"`[^`]*`")
 MIN_WORDS = 4
 
 
@@ -48,7 +55,8 @@ def _drop(unit: str) -> bool:
     low = unit.lower()
     if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:", "figure", "fig.", "image:")):
         return True
-    if unit.count('"') >= 4 or ("{" in unit and '":' in unit):  # JSON outside a fence
+    bare = _CODE_SPAN.sub("", unit)  # quotes inside `code` are a value named, not JSON
+    if bare.count('"') >= 4 or ("{" in bare and '":' in bare):  # JSON outside a fence
         return True
     letters = sum(ch.isalpha() for ch in unit)
     return letters < 0.5 * len(unit.replace(" ", ""))  # mostly symbols: code or a formula
@@ -75,15 +83,22 @@ def _is_row(line: str, in_table: bool) -> bool:
     return in_table or (len(last.split()) <= 3 and bool(_VALUE.match(last)))
 
 
-def _row_unit(cells: list[str], key: str | None) -> str:
-    """A table row with its key: 'group; Name for the group.; `None`' under `wandb`."""
+def _row_unit(cells: list[str], key: str | None, header: tuple[str, ...] = ()) -> str:
+    """A table row with its key: 'group; Name for the group.; `None`' under `wandb`. Under a
+    two-column header ("Description; Default") every cell but the last is the description when it
+    reads as prose: a description may hold a semicolon of its own. A header naming its Description
+    and Default columns says where they are ("Parameter; Type; Default; Description")."""
     cells = [c.strip() for c in cells if c.strip()]
-    if len(cells) >= 3 and _IDENTIFIER.match(cells[0].strip("`")):
+    if len(cells) == len(header) > 2 and {"Description", "Default"} <= set(header) and _IDENTIFIER.match(cells[0].strip("`")):
+        name = cells[0].strip("`")
+        full = f"{key}.{name}" if key and not name.startswith(key) else name
+        desc, default = cells[header.index("Description")], cells[header.index("Default")]
+    elif len(cells) >= 3 and _IDENTIFIER.match(cells[0].strip("`")):
         name = cells[0].strip("`")
         full = f"{key}.{name}" if key and not name.startswith(key) else name
         desc, default = "; ".join(cells[1:-1]), cells[-1]
-    elif len(cells) == 2:
-        full, desc, default = key or "", cells[0], cells[1]
+    elif len(cells) == 2 or (len(header) == 2 and len(cells) > 2 and len(cells[0].split()) >= MIN_WORDS):
+        full, desc, default = key or "", "; ".join(cells[:-1]), cells[-1]
     else:  # a matrix row without its header means little on its own
         return ""
     desc = desc.rstrip(".")
@@ -98,6 +113,7 @@ def text_units(text: str) -> list[Unit]:
     for block_no, block in enumerate(re.split(r"\n\s*\n", _FENCE.sub("\n\n", text))):
         items: list[tuple[str, str]] = []  # (kind, text): prose | row
         in_table = False  # a header row was seen in this block
+        header: tuple[str, ...] = ()  # the header's cells
         for raw in block.splitlines():
             line = _RST_DIRECTIVE.sub(lambda m: f"{m.group(1).capitalize()}: ", _LINK.sub(r"\1", raw.strip()))
             if not line:
@@ -110,7 +126,7 @@ def text_units(text: str) -> list[Unit]:
                 items.append(("row", key_row.group("rest")))
                 continue
             if key_line:
-                key = key_line.group("key")
+                key = key_line.group("key").replace(":", ".")
                 continue
             if entry:
                 key = entry.group("key")
@@ -119,8 +135,11 @@ def text_units(text: str) -> list[Unit]:
                 items.append(("prose", f"{typed}: {rest}" if rest else f"{typed}."))
                 continue
             if _TABLE_HEADER.match(line):
-                in_table = True
+                in_table, header = True, tuple(c.strip() for c in line.removeprefix("Reference:").split(";"))
                 continue
+            cells = line.split("; ")
+            if len(cells) >= 3 and all(len(c.split()) <= 4 for c in cells) and not in_table and not _IDENTIFIER.match(cells[0].strip("`")):
+                continue  # a row of a matrix ("ZeRO stage; with offload; without offload"): nothing alone
             if _is_row(line, in_table):
                 items.append(("row", line))
                 continue
@@ -131,7 +150,7 @@ def text_units(text: str) -> list[Unit]:
             else:
                 items.append(("prose", line))
         for kind, item in items:
-            pieces = [_row_unit(item.split("; "), key)] if kind == "row" else _split_sentences(" ".join(item.split()))
+            pieces = [_row_unit(item.split("; "), key, header)] if kind == "row" else _split_sentences(" ".join(item.split()))
             for piece in pieces:
                 finished = _finish(piece)
                 if finished is not None and not _drop(finished):
@@ -145,11 +164,13 @@ _BIB_REF = re.compile(r"\s*\[\d+(?:\s*[,\-\u2013]\s*\d+)*\]")
 def _finish(unit: str) -> str | None:
     """A unit as a reader meets it: a leading identifier in backticks, a capital first letter, a
     closing full stop; None for one that trails off into code or a list it does not hold."""
-    unit = _BIB_REF.sub("", unit)  # a blog's "[14]" reads as one of the answer's citations
+    cited = _BIB_REF.sub("", unit)  # a blog's "[14]" reads as one of the answer's citations
+    referenced, unit = cited != unit, cited
     words = unit.split()
     if not words:
         return None
-    if words[-1].lower().rstrip(".") in _RUNS_ON:  # "... are available at [14]." without its reference
+    last = words[-1].lower().rstrip(".")
+    if last in (_RUNS_ON if referenced else _NEVER_LAST):  # "... are available at [14]." without its reference
         return None
     first = words[0].rstrip(",:;")
     if ("_" in first or "." in first[:-1]) and first[0].islower() and "`" not in first:
@@ -158,7 +179,11 @@ def _finish(unit: str) -> str | None:
         unit = unit[0].upper() + unit[1:]
     unit = unit.strip()
     if unit.endswith(":"):  # introduces a list, code or figure that is not part of the unit
-        return None
+        statement = unit.rstrip(":").rstrip()
+        tail = statement.lower().split()[-2:]
+        if len(words) < 8 or _POINTS_AHEAD.search(statement) or tail[-1] in _RUNS_ON or tail[0] == "to":
+            return None
+        unit = statement + "."  # a whole statement before its code: "... on every micro-batch:"
     if not _CLOSED.search(unit):
         if words[-1].lower().strip(",;") in _RUNS_ON:
             return None

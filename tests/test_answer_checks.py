@@ -110,6 +110,41 @@ def test_text_units_are_whole() -> None:
     assert [u.text for u in per_chunk[0]] == units and offsets.tolist() == [0, len(units)]
 
 
+def test_text_units_keep_what_a_reader_needs() -> None:
+    text = (
+        "DeepSpeed supports CPU with Intel Architecture instruction set.\n\n"
+        "`gradient_predivide_factor` (type float; default 1.0).\n"
+        "Reference: Description; Default\n"
+        "Before mean allreduce, predivide gradients by a factor; this can help fp16 stability at scale; `1.0`\n\n"
+        "*pin_memory*: [boolean]\n\nDescription; Default\n"
+        'Offload to pinned memory; set to `false` when memlock is tight; `true`\n\n'
+        "bf16:bf16_optimizer_states: [boolean]\n\nDescription; Default\n"
+        'Select `"mean"` or `"sum"` here; `"sum"` needs stage 0, 1 or 2; `false`\n\n'
+        "torch_autocast: [dictionary]\n\nParameter; Type; Default; Description\n"
+        "enabled; boolean; `false`; Enable autocast without a manual call.\n\n"
+        "ZeRO stage; with offload; without offload\n1/2/3; yes; no\n\n"
+        "So you can call forward, backward and step on every micro-batch:\n\n"
+        "```python\nengine.step()\n```\n\n"
+        "The example below shows how to do it:\n\n"
+        "If you already have a distributed environment set up, you'd need to replace:\n\n"
+        "when running deepspeed, the extensions weren't built for the card you use it for.\n\n"
+        "More is in the guide at [14].\n"
+    )
+    units = [u.text for u in text_units(text)]
+    assert "DeepSpeed supports CPU with Intel Architecture instruction set." in units
+    assert ("`gradient_predivide_factor`: Before mean allreduce, predivide gradients by a factor; "
+            "this can help fp16 stability at scale (default `1.0`).") in units  # a description's own semicolon
+    assert "`pin_memory`: Offload to pinned memory; set to `false` when memlock is tight (default `true`)." in units
+    assert '`bf16.bf16_optimizer_states`: Select `"mean"` or `"sum"` here; `"sum"` needs stage 0, 1 or 2 (default `false`).' in units
+    assert "`torch_autocast.enabled`: Enable autocast without a manual call (default `false`)." in units
+    assert "So you can call forward, backward and step on every micro-batch." in units  # a statement before its code
+    assert "When running deepspeed, the extensions weren't built for the card you use it for." in units
+    joined = " ".join(units)
+    for gone in ("ZeRO stage", "1/2/3", "example below", "replace", "guide at"):
+        assert gone not in joined, gone
+    assert all(not is_cut(u) for u in units)
+
+
 def test_composed_answer_leads_with_the_best_unit_and_reads_on() -> None:
     first = Source(1, "ZeRO", "Memory", "Stage 3 partitions the parameters across ranks. It needs at least 4 GPUs because the states are split four ways.\n\nUnrelated closing words about logging here.")
     second = Source(2, "Offload", "CPU", "Offloading the optimizer to CPU memory saves GPU memory for stage 3.")
