@@ -161,7 +161,7 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
                 snippets.append(shown)
     sources: list[Source] = []
     if not covered:
-        draft = NOT_COVERED
+        draft = unknown_line(result.unknown_settings) + NOT_COVERED
     else:
         sources, similarities = answer_sources(index, result)
         ask_text = split_question(result.query).ask
@@ -201,6 +201,17 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
         keys = config_line(result.query, body, facts)
     parts = [keys, head, body] if kind == "config" and keys else [head, body, keys]
     return "\n".join(p for p in [*parts, tail] if p)
+
+
+def unknown_line(names: tuple[str, ...], limit: int = 3) -> str:
+    """'`stage3_prefetch_strategy` appears nowhere ...' for the settings a refused question writes out
+    that nothing indexed names ('' for none): the likeliest reason it is not covered."""
+    if not names:
+        return ""
+    shown = ", ".join(f"`{n}`" for n in names[:limit])
+    verb = "appears" if len(names) == 1 else "appear"
+    return (f"{shown} {verb} nowhere in the DeepSpeed docs, config catalogue or notes indexed here "
+            f"(deepspeed's own config and launcher do not seem to have {'it' if len(names) == 1 else 'them'}).\n\n")
 
 
 def key_line(keys: list[str], docs: dict[str, str], limit: int = 2) -> str:

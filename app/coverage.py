@@ -6,7 +6,8 @@ question's identifiers appear in the top five (a key DeepSpeed never had does no
 all (the ask's share the index never names, and whether a `deepspeed.` path is among them), the share
 of the ask's words no passage or heading holds at all (a GPU, library or product the docs never name), whether
 it asks for a date, price, opinion or measured number or for the release that first had a feature
-(what docs never hold), how far BM25's
+(what docs never hold), whether it writes out a config key (`"name": ...`) or a launcher flag
+(`--name`) that nothing indexed names (a key DeepSpeed never had), how far BM25's
 and the dense model's top ten agree, and how close the question comes to one already answered (the
 best cosine with a question of the memory, `app/question_memory.py`). A logistic model over them, trained on the `tune` split of our
 answerable questions against the tune half of `eval/unanswerable.jsonl`, with its threshold set so
@@ -43,6 +44,7 @@ COVERAGE_FEATURES: tuple[str, ...] = (
     "any_unseen",  # product the docs never name), and whether there is any
     "seen_best",  # the best cosine with a remembered question (`ChunkMemory.best`; missing without a memory)
     "first_release",  # asks which release first had a feature (`app.query.asks_first_release`)
+    "unknown_setting",  # writes out a config key ("name": ...) or flag (--name) that nothing indexed names
 )
 
 
@@ -76,6 +78,7 @@ def coverage_features(q: QuerySignals, candidate_cos: np.ndarray, top: list[int]
         float(q.unseen_terms > 0),
         np.nan if q.seen_best is None else q.seen_best,
         float(q.first_release),
+        float(bool(q.unknown_settings)),
     ], dtype=np.float64)
 
 

@@ -123,6 +123,17 @@ def split_question(question: str) -> QuestionParts:
     return QuestionParts(ask=ask, context=context)
 
 
+_SETTING = re.compile(r'"([A-Za-z_][\w-]*)"\s*:|(?<![\w-])--([A-Za-z][\w-]*)')
+
+
+def settings_named(text: str) -> list[str]:
+    """The settings a text writes out in config or command-line form: JSON keys (`"overlap_comm": true`)
+    and flags (`--num_gpus`), lowercased; only compound names (with `_` or `-`): a one-word flag
+    such as `--include` is a common word too."""
+    names = [a or b for a, b in _SETTING.findall(text)]
+    return [n.lower() for n in names if "_" in n or "-" in n]
+
+
 def identifiers(text: str) -> set[str]:
     """The whole identifiers a text names (`overlap_comm`, `deepspeed.zero.init`, `--num_gpus`),
     lowercased: the tokens with `_` or `.` that the tokenizer keeps whole."""

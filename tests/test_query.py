@@ -51,3 +51,13 @@ def test_no_key_named_is_never_defining() -> None:
 ])
 def test_asks_first_release(question: str, asks: bool) -> None:
     assert asks_first_release(question) is asks
+
+
+def test_settings_named_reads_config_keys_and_flags() -> None:
+    from app.query import settings_named
+
+    question = ('I set "stage3_prefetch_strategy": "adaptive" and "stage": 3, then ran deepspeed --num_gpus 2 '
+                "--include localhost:0 with --gpu-type a100")
+    # compound names only: "stage" and --include are ordinary words as well
+    assert settings_named(question) == ["stage3_prefetch_strategy", "num_gpus", "gpu-type"]
+    assert settings_named("how do I pick the number of GPUs?") == []
