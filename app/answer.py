@@ -282,9 +282,9 @@ def keys_named(text: str, facts: dict[str, tuple[str, str]]) -> list[str]:
 def config_line(question: str, answer: str, facts: dict[str, tuple[str, str]], limit: int = CONFIG_KEYS) -> str:
     """'Config: `a.b` (int, default 0); ...' for the keys the question names, then those the answer
     quotes; '' when there are none."""
-    keys = keys_named(question, facts)
-    keys += [k for k in keys_named(answer, facts) if k not in keys]
-    keys = [k for k in keys if f"`{k}` (" not in answer]  # the answer quotes its catalogue entry already
+    asked = keys_named(question, facts)  # always first: the line a reader of a key question looks for
+    quoted = [k for k in keys_named(answer, facts) if k not in asked and f"`{k}` (" not in answer]  # not those
+    keys = asked + quoted  # whose catalogue entry the answer quotes already
     if not keys:
         return ""
     return "Config: " + "; ".join(f"`{k}` ({facts[k][0]}, default {facts[k][1]})" for k in keys[:limit]) + "."

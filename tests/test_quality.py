@@ -48,8 +48,8 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing on the 326-question test split: hit@1 0.659, hit@5 0.902, MRR@10 0.761, zh hit@5
-    0.880 (the stop before, without the question memory: 0.635 / 0.877 / 0.737 / 0.850). A test question
+    """Measured at landing on the 326-question test split: hit@1 0.666, hit@5 0.902, MRR@10 0.764, zh hit@5
+    0.880 (two stops before, without the question memory: 0.635 / 0.877 / 0.737 / 0.850). A test question
     is scored with the remembered questions of its own GitHub thread left out (13 test questions have one
     in tune), so the memory counts only for what a new user's question would get from it. Issue 9's
     targets, 0.65 / 0.92 / 0.75 / 0.90: hit@1 and MRR@10 are reached, hit@5 and zh hit@5 are not; these
@@ -64,12 +64,13 @@ def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
 
 def test_floors_on_the_outside_set(scores: dict[str, dict]) -> None:
     """`eval/heldout/outside.jsonl`: 80 real-user questions written after every model was trained and never
-    split, tuned or trained on. Measured at landing: hit@1 0.600, hit@5 0.875, MRR@10 0.715, zh hit@5 0.886
-    (35 zh); the stop before, without the question memory, 0.550 / 0.838 / 0.676 / zh 0.886. Floors about
-    two questions under."""
+    split, tuned or trained on. Measured at landing: hit@1 0.588, hit@5 0.863, MRR@10 0.709, zh hit@5 0.857
+    (35 zh); the stop before 0.600 / 0.875 / 0.715 / 0.886 (the ranker retrained on the new text units:
+    one question each), two stops before, without the question memory, 0.550 / 0.838 / 0.676 / zh 0.886.
+    Floors one or two questions under."""
     o = scores["shipped"]["outside"]
     assert o["all"]["n"] == 80
-    assert o["all"]["hit@5"] >= 0.85 and o["all"]["hit@1"] >= 0.575 and o["all"]["mrr@10"] >= 0.69
+    assert o["all"]["hit@5"] >= 0.85 and o["all"]["hit@1"] >= 0.5625 and o["all"]["mrr@10"] >= 0.69
     assert o["zh"]["hit@5"] >= 0.83
     for name in ("bm25", "dense", "rrf"):
         assert o["all"]["mrr@10"] > scores[name]["outside"]["all"]["mrr@10"], name
@@ -156,27 +157,29 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 def test_answers_on_held_out_questions(engine) -> None:
     """Measured at landing (served int8 query encoder), on sets no choice was made on. The test split, 326
-    answerable and 162 unanswerable questions: the answer text holds a gold phrase for 60.1% (zh 55.0%;
-    56.7% the stop before); no cited segment is cut (0 of 1526), median 117 words; 65.4% of the
-    unanswerable ones refused (61.7%) and 2.1% (7) of the answerable ones (2.8%). The outside sets
-    (`eval/heldout/`, 80 answerable, 80 unanswerable, never trained or tuned on): 53.8% hold a gold phrase
-    (50.0%), 67.5% refused (63.8%), 2.5% (2) of the answerable refused (2.5%). The gains are the question
-    memory's: the ranker reads its `seen` and the coverage decision its `seen_best`. The threshold sits
-    at the 2% conformal quantile of tune's answerable scores, chosen on tune's cross-validation. Issue
-    10's targets (75% evidence, 90% refused at <= 3% false) are not reached."""
+    answerable and 162 unanswerable questions: the answer text holds a gold phrase for 62.3% (zh 59.0%;
+    60.1% the stop before); no cited segment is cut (0 of 1496), median 117 words; 69.8% of the
+    unanswerable ones refused (65.4%) and 1.8% (6) of the answerable ones (2.1%). The outside sets
+    (`eval/heldout/`, 80 answerable, 80 unanswerable, never trained or tuned on): 61.3% hold a gold phrase
+    (53.8%), 73.8% refused (67.5%), 2.5% (2) of the answerable refused (2.5%). This stop's gains: text
+    units that keep what the passages say (descriptions with a semicolon of their own, statements
+    before their code), the unit scorer reading how close each passage runs to the first, and the
+    coverage decision reading config keys and flags nothing indexed names. The threshold sits at the 2%
+    conformal quantile of tune's answerable scores, chosen on tune's cross-validation. Issue 10's targets
+    (75% evidence, 90% refused at <= 3% false) are not reached."""
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.585
+    assert report["evidence_in_answer"] >= 0.61
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
-    assert report["abstention"] >= 0.63
+    assert report["abstention"] >= 0.68
     assert report["false_abstention"] <= 0.035
     outside = answer_report(engine, load_questions(OUTSIDE_QUESTIONS), load_unanswerable(UNANSWERABLE_OUTSIDE))
     print(outside)
     assert outside["answerable"] == 80 and outside["unanswerable"] == 80
-    assert outside["evidence_in_answer"] >= 0.51 and outside["cut_segments"] == 0
-    assert outside["abstention"] >= 0.65 and outside["false_abstention"] <= 0.05
+    assert outside["evidence_in_answer"] >= 0.57 and outside["cut_segments"] == 0
+    assert outside["abstention"] >= 0.70 and outside["false_abstention"] <= 0.05
 
 
 def test_asking_what_a_key_does_is_never_refused(engine) -> None:
