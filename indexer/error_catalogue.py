@@ -72,14 +72,40 @@ _LOGGERS = {"logger", "log", "logging", "warnings", "_logger", "LOGGER"}
 _NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[a-z_]+(?:\.[a-z_0-9]+)+\b")
 
 
+def _assigned_messages(function: ast.AST) -> dict[str, list[tuple[int, ast.AST]]]:
+    """Per local name, the message expressions assigned to it in a function, in line order
+    (`msg = f"..."` then `raise X(msg)`; `msg += "..."` reads on from the one before)."""
+    out: dict[str, list[tuple[int, ast.AST]]] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            out.setdefault(node.targets[0].id, []).append((node.lineno, node.value))
+        elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name):
+            before = out.get(node.target.id)
+            if before:
+                joined = ast.BinOp(left=before[-1][1], op=ast.Add(), right=node.value)
+                out[node.target.id].append((node.lineno, joined))
+    for values in out.values():
+        values.sort(key=lambda v: v[0])
+    return out
+
+
+def _resolved(message: ast.AST, line: int, assigned: dict[str, list[tuple[int, ast.AST]]]) -> ast.AST:
+    """A message passed as a local name: the last expression assigned to it before the raising line."""
+    if isinstance(message, ast.Name):
+        before = [value for at, value in assigned.get(message.id, []) if at < line]
+        if before:
+            return before[-1]
+    return message
+
+
 def _entries(tree: ast.AST, rel: str) -> list[RaisedError]:
     out: list[RaisedError] = []
 
-    def visit(node: ast.AST, function: str, condition: str) -> None:
+    def visit(node: ast.AST, function: str, condition: str, assigned: dict[str, list[tuple[int, ast.AST]]]) -> None:
         for child in ast.iter_child_nodes(node):
-            fn, cond = function, condition
+            fn, cond, names_in = function, condition, assigned
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                fn = child.name
+                fn, names_in = child.name, _assigned_messages(child)
             if isinstance(child, ast.If):
                 cond = ast.unparse(child.test)[:200]
             message: ast.AST | None = None
@@ -94,14 +120,14 @@ def _entries(tree: ast.AST, rel: str) -> list[RaisedError]:
                   and ast.unparse(child.value.func.value).split(".")[-1] in _LOGGERS):
                 exception, message = f"logged {_LOG_LEVELS[child.value.func.attr]}", child.value.args[0]
             if message is not None:
-                template = _message_template(message)
+                template = _message_template(_resolved(message, getattr(child, "lineno", 0), names_in))
                 if template and template.strip(_HOLE + " "):
                     shown = " ".join(template.replace(_HOLE, "{}").split())
                     names = tuple(dict.fromkeys(_NAME.findall(shown + " " + cond)))[:8]
                     out.append(RaisedError(exception, shown[:400], _pattern(template), rel, getattr(child, "lineno", 0), fn, cond, names))
-            visit(child, fn, cond)
+            visit(child, fn, cond, names_in)
 
-    visit(tree, "<module>", "")
+    visit(tree, "<module>", "", {})
     # messages kept in module constants and raised through a variable ({key: message} tables)
     for node in getattr(tree, "body", []):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and any(

@@ -33,6 +33,26 @@ def test_the_catalogue_holds_nearly_every_message_with_a_pattern() -> None:
     assert len(entries) > 1000 and with_pattern / len(entries) >= 0.9
 
 
+def test_a_message_assigned_to_a_local_name_first_is_catalogued(tmp_path) -> None:  # noqa: ANN001
+    package = tmp_path / "deepspeed"
+    package.mkdir()
+    (package / "engine.py").write_text(
+        "def configure(opt):\n"
+        "    msg = 'unused here'\n"
+        "    if opt:\n"
+        "        msg = f'You are using ZeRO-Offload with a client provided optimizer ({type(opt)}) which is slow.'\n"
+        "        msg += ' Set zero_force_ds_cpu_optimizer to false to go on.'\n"
+        "        raise RuntimeError(msg)\n"
+        "    raise ValueError(msg)\n"
+    )
+    entries = {e.exception: e for e in build_error_catalogue(package)}
+    assert entries["RuntimeError"].template == ("You are using ZeRO-Offload with a client provided optimizer ({}) which is slow. "
+                                                 "Set zero_force_ds_cpu_optimizer to false to go on.")
+    assert entries["RuntimeError"].function == "configure" and entries["RuntimeError"].line == 6
+    assert entries["ValueError"].template == "You are using ZeRO-Offload with a client provided optimizer ({}) which is slow. " \
+        "Set zero_force_ds_cpu_optimizer to false to go on."  # the last assignment before the raising line
+
+
 @pytest.mark.parametrize(("line", "path"), RAISED, ids=[p[0].split(":")[0].rsplit(".", 1)[-1] + str(i) for i, p in enumerate(RAISED)])
 def test_errors_deepspeed_raised_are_matched_to_their_line(line: str, path: str) -> None:
     log = "\n".join(["[rank3]: Traceback (most recent call last):", '[rank3]:   File "train.py", line 12, in <module>',
@@ -100,8 +120,9 @@ def test_doctor_on_real_error_logs(tmp_path_factory: pytest.TempPathFactory) -> 
     cause names the thread's cause in 58.1% with 168 known-cause sections and with 118 (the 50 added last
     moved no test log; 54.8% with 76, 51.6% with 54, 48.4% with 38, 41.9% with 21; the 134 added since were
     mined from other users' threads, never from this set or its threads; the catalogue alone: 16.1%),
-    the raising line is among the first three in 82.4% of the logs deepspeed raises (raise/assert alone:
-    76.5%)."""
+    the raising line is among the first three in 94.1% (16 of 17) of the logs deepspeed raises (82.4% before
+    the catalogue read a message assigned to a local name first, `msg = f"..."; raise X(msg)`; tune: 82.6%
+    -> 91.3%; raise/assert alone: 76.5%)."""
     from app.doctor import diagnose_with
     from corpus import NOTES_DIR
     from eval.doctor_eval import load_error_logs, score_doctor
@@ -114,5 +135,5 @@ def test_doctor_on_real_error_logs(tmp_path_factory: pytest.TempPathFactory) -> 
     by_url = {e.url(deepspeed_version()): e for e in entries}
     report = score_doctor(load_error_logs(), lambda log: diagnose_with(folder, None, log, NOTES_DIR), by_url)
     print(report["tune"], report["test"])
-    assert report["test"]["cause_at_1"] >= 0.54 and report["test"]["source_in_3"] >= 0.78
+    assert report["test"]["cause_at_1"] >= 0.54 and report["test"]["source_in_3"] >= 0.88
     assert report["tune"]["cause_at_1"] >= 0.7
