@@ -72,10 +72,10 @@ _LOGGERS = {"logger", "log", "logging", "warnings", "_logger", "LOGGER"}
 _NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[a-z_]+(?:\.[a-z_0-9]+)+\b")
 
 
-def _assigned_messages(function: ast.AST) -> dict[str, list[tuple[int, ast.AST]]]:
+def _assigned_messages(function: ast.AST) -> dict[str, list[tuple[int, ast.expr]]]:
     """Per local name, the message expressions assigned to it in a function, in line order
     (`msg = f"..."` then `raise X(msg)`; `msg += "..."` reads on from the one before)."""
-    out: dict[str, list[tuple[int, ast.AST]]] = {}
+    out: dict[str, list[tuple[int, ast.expr]]] = {}
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             out.setdefault(node.targets[0].id, []).append((node.lineno, node.value))
@@ -89,7 +89,7 @@ def _assigned_messages(function: ast.AST) -> dict[str, list[tuple[int, ast.AST]]
     return out
 
 
-def _resolved(message: ast.AST, line: int, assigned: dict[str, list[tuple[int, ast.AST]]]) -> ast.AST:
+def _resolved(message: ast.AST, line: int, assigned: dict[str, list[tuple[int, ast.expr]]]) -> ast.AST:
     """A message passed as a local name: the last expression assigned to it before the raising line."""
     if isinstance(message, ast.Name):
         before = [value for at, value in assigned.get(message.id, []) if at < line]
@@ -101,7 +101,7 @@ def _resolved(message: ast.AST, line: int, assigned: dict[str, list[tuple[int, a
 def _entries(tree: ast.AST, rel: str) -> list[RaisedError]:
     out: list[RaisedError] = []
 
-    def visit(node: ast.AST, function: str, condition: str, assigned: dict[str, list[tuple[int, ast.AST]]]) -> None:
+    def visit(node: ast.AST, function: str, condition: str, assigned: dict[str, list[tuple[int, ast.expr]]]) -> None:
         for child in ast.iter_child_nodes(node):
             fn, cond, names_in = function, condition, assigned
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
