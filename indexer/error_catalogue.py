@@ -19,7 +19,8 @@ from pathlib import Path
 from indexer.config_catalogue import deepspeed_version
 
 ERRORS_FILE = "errors.jsonl"
-CATALOGUE_VERSION = 2  # what a build caches under: bumped when the catalogue holds more (2: log calls)
+CATALOGUE_VERSION = 3  # what a build caches under: bumped when the catalogue holds more (2: log calls; 3: messages
+# raised through a local name)
 GITHUB_BLOB = "https://github.com/deepspeedai/DeepSpeed/blob/v{version}/{path}#L{line}"
 MIN_LITERAL = 12  # characters of fixed text a pattern needs to be usable
 _HOLE = "\x00"
