@@ -103,7 +103,7 @@ UNIT_FEATURES: tuple[str, ...] = (
     "block_start",  # opens its paragraph, list or table
     "cos_rank",  # 1 / (1 + rank by cosine among the candidates)
     "lexical_rank",  # 1 / (1 + rank by term share)
-    "passage_gap",  # the passage's ranking score minus the first passage's: how close a second passage runs
+    "passage_gap",  # the passage's ranking score minus the best of the candidates' passages: how close a second one runs
 )
 
 
@@ -283,8 +283,8 @@ def config_line(question: str, answer: str, facts: dict[str, tuple[str, str]], l
     """'Config: `a.b` (int, default 0); ...' for the keys the question names, then those the answer
     quotes; '' when there are none."""
     asked = keys_named(question, facts)  # always first: the line a reader of a key question looks for
-    quoted = [k for k in keys_named(answer, facts) if k not in asked and f"`{k}` (" not in answer]  # not those
-    keys = asked + quoted  # whose catalogue entry the answer quotes already
+    # then the answer's keys, but not those whose catalogue entry it quotes already
+    keys = asked + [k for k in keys_named(answer, facts) if k not in asked and f"`{k}` (" not in answer]
     if not keys:
         return ""
     return "Config: " + "; ".join(f"`{k}` ({facts[k][0]}, default {facts[k][1]})" for k in keys[:limit]) + "."

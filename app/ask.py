@@ -137,7 +137,9 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     result = retriever.search(request.question, request.k, topic=request.topic, source=request.source)
     t1 = time.perf_counter()
     decided = result.covered if result.covered is not None else result.relevance >= settings.no_answer_threshold
-    if not decided and asks_only_what_key_is(request.question, keys_named(request.question, engine.config_facts)):
+    asked = keys_named(request.question, engine.config_facts)
+    defined = asked if asks_only_what_key_is(request.question, asked) else []  # keys asked for nothing but what they are
+    if not decided and defined:
         # the catalogue's entry of the key answers it (short questions like this embed far from every
         # passage: the coverage decision refused 42% of "What does <key> do?" and 57% of
         # "<key> 是什么意思？" over the catalogue's 183 distinctive keys)
@@ -167,14 +169,15 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         ask_text = split_question(result.query).ask
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model)
-        draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()))
+        draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined)
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)
 
 
 def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sources: list[Source], cands: list[Candidate],
-                  scores: np.ndarray, snippets: list[SnippetOut], budget: int) -> str:
+                  scores: np.ndarray, snippets: list[SnippetOut], budget: int, defined: list[str]) -> str:
     """The composed units in the shape of the question's kind (`app/answer_shapes.py`), with the Config
-    line of the keys involved; everything within `budget` words."""
+    line of the keys involved; everything within `budget` words. `defined`: the keys of a question that
+    asks only what they are (their catalogue description leads)."""
     facts = engine.config_facts
     named = keys_named(result.query, facts)
     kind = question_kind(request.question, named)
@@ -184,8 +187,8 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
     if kind == "version":  # the installed deepspeed's word first, unless the quoted units say it already
         said = answer_text(sources, cands, scores, budget - len(tail.split()))
         head = status_line(result.query, named, engine.config_status, said)
-    elif asks_only_what_key_is(request.question, asked := keys_named(request.question, facts)):
-        head = key_line(asked, engine.config_docs)  # what the key does, in the catalogue's words, first
+    elif defined:
+        head = key_line(defined, engine.config_docs)  # what the key does, in the catalogue's words, first
     room = budget - len(head.split()) - len(tail.split())
     body = answer_text(sources, cands, scores, room)
     if head and kind != "version" and " ".join(head.split(": ", 1)[-1].split()).rstrip(".") in " ".join(body.split()):

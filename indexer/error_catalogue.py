@@ -77,7 +77,8 @@ def _assigned_messages(function: ast.AST) -> dict[str, list[tuple[int, ast.expr]
     """Per local name, the message expressions assigned to it in a function, in line order
     (`msg = f"..."` then `raise X(msg)`; `msg += "..."` reads on from the one before)."""
     out: dict[str, list[tuple[int, ast.expr]]] = {}
-    for node in ast.walk(function):
+    assignments = [n for n in ast.walk(function) if isinstance(n, ast.Assign | ast.AugAssign)]
+    for node in sorted(assignments, key=lambda n: n.lineno):  # in line order: `+=` reads on from the one above
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             out.setdefault(node.targets[0].id, []).append((node.lineno, node.value))
         elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name):
@@ -85,8 +86,6 @@ def _assigned_messages(function: ast.AST) -> dict[str, list[tuple[int, ast.expr]
             if before:
                 joined = ast.BinOp(left=before[-1][1], op=ast.Add(), right=node.value)
                 out[node.target.id].append((node.lineno, joined))
-    for values in out.values():
-        values.sort(key=lambda v: v[0])
     return out
 
 

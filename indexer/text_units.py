@@ -89,14 +89,13 @@ def _row_unit(cells: list[str], key: str | None, header: tuple[str, ...] = ()) -
     reads as prose: a description may hold a semicolon of its own. A header naming its Description
     and Default columns says where they are ("Parameter; Type; Default; Description")."""
     cells = [c.strip() for c in cells if c.strip()]
-    if len(cells) == len(header) > 2 and {"Description", "Default"} <= set(header) and _IDENTIFIER.match(cells[0].strip("`")):
+    if len(cells) >= 3 and _IDENTIFIER.match(cells[0].strip("`")):
         name = cells[0].strip("`")
         full = f"{key}.{name}" if key and not name.startswith(key) else name
-        desc, default = cells[header.index("Description")], cells[header.index("Default")]
-    elif len(cells) >= 3 and _IDENTIFIER.match(cells[0].strip("`")):
-        name = cells[0].strip("`")
-        full = f"{key}.{name}" if key and not name.startswith(key) else name
-        desc, default = "; ".join(cells[1:-1]), cells[-1]
+        if len(cells) == len(header) and {"Description", "Default"} <= set(header):
+            desc, default = cells[header.index("Description")], cells[header.index("Default")]
+        else:
+            desc, default = "; ".join(cells[1:-1]), cells[-1]
     elif len(cells) == 2 or (len(header) == 2 and len(cells) > 2 and len(cells[0].split()) >= MIN_WORDS):
         full, desc, default = key or "", "; ".join(cells[:-1]), cells[-1]
     else:  # a matrix row without its header means little on its own
