@@ -61,27 +61,35 @@ def _tokens_cached(text: str, expand: bool) -> tuple[str, ...]:
 
 
 def _tokens(text: str, expand: bool) -> list[str]:
-    stem = _stemmer().stemWord
     tokens: list[str] = []
     for m in _TOKEN.finditer(text):
-        raw = m.group(0).rstrip(".-")
-        core = raw.lstrip("-")
-        if not core:
-            continue
-        if _is_identifier(raw):
-            low = core.lower()
-            tokens.append(low)
-            if "." in low:  # deepspeed.zero.init -> zero.init, init
-                segments = low.split(".")
-                tokens.extend(".".join(segments[i:]) for i in range(1, len(segments) - 1))
-        for part in re.split(r"[._\-]+", core):
-            pieces = _CAMEL.findall(part)
-            if not pieces or any(len(p) < 3 for p in pieces):  # ZeRO, GPT2: keep whole
-                pieces = [part]
-            for piece in pieces:
-                low = piece.lower()
-                if len(low) > 1 and low not in STOPWORDS:
-                    tokens.append(stem(low))
-                if expand:
-                    tokens.extend(stem(w) for w in expansion(low))
+        tokens.extend(_word_tokens(m.group(0).rstrip(".-"), expand))
     return tokens
+
+
+@lru_cache(maxsize=1 << 17)
+def _word_tokens(raw: str, expand: bool) -> tuple[str, ...]:
+    """The tokens of one matched word, remembered: the docs repeat a few thousand words some half a
+    million times, and stemming each again was most of an index build's tokenizing."""
+    core = raw.lstrip("-")
+    if not core:
+        return ()
+    stem = _stemmer().stemWord
+    tokens: list[str] = []
+    if _is_identifier(raw):
+        low = core.lower()
+        tokens.append(low)
+        if "." in low:  # deepspeed.zero.init -> zero.init, init
+            segments = low.split(".")
+            tokens.extend(".".join(segments[i:]) for i in range(1, len(segments) - 1))
+    for part in re.split(r"[._\-]+", core):
+        pieces = _CAMEL.findall(part)
+        if not pieces or any(len(p) < 3 for p in pieces):  # ZeRO, GPT2: keep whole
+            pieces = [part]
+        for piece in pieces:
+            low = piece.lower()
+            if len(low) > 1 and low not in STOPWORDS:
+                tokens.append(stem(low))
+            if expand:
+                tokens.extend(stem(w) for w in expansion(low))
+    return tuple(tokens)
