@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -15,6 +15,7 @@ import numpy as np
 
 from app.linear_model import LinearModel, load_linear_model
 from app.query import identifiers
+from app.question_memory import chunk_key
 from indexer.text_units import Unit, text_units
 from indexer.tokenize import STOPWORDS, term_set, tokenize
 
@@ -104,6 +105,7 @@ UNIT_FEATURES: tuple[str, ...] = (
     "cos_rank",  # 1 / (1 + rank by cosine among the candidates)
     "lexical_rank",  # 1 / (1 + rank by term share)
     "passage_gap",  # the passage's ranking score minus the best of the candidates' passages: how close a second one runs
+    "seen",  # the best cosine with a remembered question this unit answered, less the floor (`ChunkMemory.seen_units`)
 )
 
 
@@ -113,8 +115,9 @@ def _rank_share(values: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + ranks)
 
 
-def unit_features(ask: str, cands: list[Candidate], similarities: np.ndarray) -> np.ndarray:
-    """One row of UNIT_FEATURES per candidate unit."""
+def unit_features(ask: str, cands: list[Candidate], similarities: np.ndarray,
+                  seen: Mapping[str, float] | None = None) -> np.ndarray:
+    """One row of UNIT_FEATURES per candidate unit. `seen`: the question's `SearchResult.seen_units`."""
     lexical = unit_scores(ask, cands, None, rank_step=0.0, mismatch_penalty=0.0)
     idents = set(identifiers(ask))
     rows = np.zeros((len(cands), len(UNIT_FEATURES)))
@@ -136,6 +139,7 @@ def unit_features(ask: str, cands: list[Candidate], similarities: np.ndarray) ->
         rows[i, 7] = any(x in text for x in idents)
         rows[i, 8] = i == 0 or cands[i - 1].source.n != c.source.n or cands[i - 1].unit.block != c.unit.block
         rows[i, 11] = c.source.score - top
+        rows[i, 12] = seen.get(chunk_key(text), 0.0) if seen else 0.0
     return rows
 
 
@@ -207,13 +211,14 @@ def _overlap(a: str, b: str) -> float:
 
 
 def scored_candidates(ask: str, sources: list[Source], similarities: np.ndarray | None = None,
-                      model: LinearModel | None = None) -> tuple[list[Candidate], np.ndarray]:
+                      model: LinearModel | None = None, seen: Mapping[str, float] | None = None) -> tuple[list[Candidate], np.ndarray]:
     """The quotable units of the first passages and how well each answers: the learned unit scorer's
     probability (with the similarities), else the hand-weighted `unit_scores`. `similarities`: cosine of
-    the question with each candidate unit (in `candidates(sources)` order) when the caller embedded them."""
+    the question with each candidate unit (in `candidates(sources)` order) when the caller embedded them;
+    `seen`: the question's `SearchResult.seen_units`."""
     cands = candidates(sources)
     if model is not None and similarities is not None:
-        return cands, 1.0 / (1.0 + np.exp(-model.score(unit_features(ask, cands, similarities))))
+        return cands, 1.0 / (1.0 + np.exp(-model.score(unit_features(ask, cands, similarities, seen))))
     return cands, unit_scores(ask, cands, similarities, semantic_weight=SEMANTIC_WEIGHT)
 
 

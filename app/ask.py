@@ -168,7 +168,7 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         sources, similarities = answer_sources(index, result)
         ask_text = split_question(result.query).ask
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
-        cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model)
+        cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model, result.seen_units)
         draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined)
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)
 

@@ -11,6 +11,13 @@ Only a close resemblance counts: the score is the cosine's excess over SEEN_FLOO
 chosen by the ranker's 5-fold cross-validated MRR@10 on tune: no memory 0.7324; the raw cosine
 0.7429; floors 0.4 / 0.5 / 0.55 / 0.6 / 0.65 / 0.7: 0.7321 / 0.7435 / 0.7435 / 0.7473 / 0.7515 / 0.7464.
 
+The same memory guides the answer: per entry it also keeps the keys of the text units (sentences,
+list items, config rows) that hold one of the question's gold phrases, and a new question's
+`seen_units` gives each such unit the best cosine with a remembered question it answered, less
+UNIT_SEEN_FLOOR; the answer's unit scorer reads it (`app/answer.py`, "seen"). Its floor, by the unit
+scorer's 5-fold cross-validated evidence-in-answer on tune: no unit memory 0.6925; floors 0.5 / 0.6:
+0.7353 / 0.7219.
+
 What is stored is ours: our questions' vectors (not their text) and, per question, 16 hex digits of
 the sha256 of each answering chunk's normalised text, resolved against the loaded index's chunks (a
 chunk whose text changed in another docs version no longer matches, and its entry just drops). Each
@@ -33,10 +40,12 @@ import numpy as np
 MEMORY_FILE = Path(__file__).resolve().parent / "question_memory.npz"
 _ALNUM = re.compile(r"[^\W_]+")
 SEEN_FLOOR = 0.65  # a cosine with a remembered question at or below this is no resemblance
+UNIT_SEEN_FLOOR = 0.5  # the same for the units an answer quotes
 
 
 def chunk_key(text: str) -> str:
-    """A chunk's identity across index builds: 16 hex digits of the sha256 of its normalised text."""
+    """A chunk's (or a text unit's) identity across index builds: 16 hex digits of the sha256 of its
+    normalised text."""
     norm = " ".join(_ALNUM.findall(text.lower()))
     return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:16]
 
@@ -50,6 +59,7 @@ class QuestionMemory:
     encoder: str
     trained_on: str = ""
     active: np.ndarray | None = None  # per entry, whether it is searched (None: all)
+    units: tuple[tuple[str, ...], ...] = ()  # per entry, the keys of the text units holding a gold phrase (() : none kept)
 
     @property
     def dimension(self) -> int:
@@ -76,6 +86,7 @@ class QuestionMemory:
             tmp,
             vectors=self.vectors.astype(np.float16),
             answers=np.array([" ".join(a) for a in self.answers]),
+            unit_answers=np.array([" ".join(u) for u in self.units] if self.units else [""] * len(self.answers)),
             ids=np.array(self.ids),
             origins=np.array(self.origins),
             encoder=np.array(self.encoder),
@@ -103,6 +114,7 @@ class ChunkMemory:
         self.entry = np.array(entry, dtype=np.int64)
         self.chunk = np.array(chunk, dtype=np.int64)
         self.resolved = len(set(entry))  # entries with at least one answering chunk in this index
+        self.has_units = any(memory.units)
 
     def without(self, drop: Iterable[int]) -> ChunkMemory:
         other = object.__new__(ChunkMemory)
@@ -130,6 +142,20 @@ class ChunkMemory:
         np.maximum.at(out, self.chunk, sims[self.entry].astype(np.float32))
         return out
 
+    def seen_units(self, vector: np.ndarray) -> dict[str, float]:
+        """Per text unit key, the best cosine of `vector` with an active entry that unit answers, less
+        UNIT_SEEN_FLOOR; units of no entry above the floor are left out."""
+        if not self.has_units:
+            return {}
+        sims = self.memory.vectors @ np.asarray(vector, dtype=np.float32) - UNIT_SEEN_FLOOR
+        if self.memory.active is not None:
+            sims = np.where(self.memory.active, sims, 0.0)
+        out: dict[str, float] = {}
+        for e in np.flatnonzero(sims > 0.0):
+            for key in self.memory.units[e]:
+                out[key] = max(out.get(key, 0.0), float(sims[e]))
+        return out
+
 
 def load_question_memory(path: Path = MEMORY_FILE) -> QuestionMemory | None:
     """The shipped memory, or None without the file."""
@@ -140,6 +166,7 @@ def load_question_memory(path: Path = MEMORY_FILE) -> QuestionMemory | None:
         answers = tuple(tuple(str(a).split()) for a in data["answers"])
         ids = tuple(str(q) for q in data["ids"])
         origins = tuple(str(o) for o in data["origins"])
-        if vectors.ndim != 2 or not np.isfinite(vectors).all() or not len(vectors) == len(answers) == len(ids) == len(origins):
+        units = tuple(tuple(str(u).split()) for u in data["unit_answers"]) if "unit_answers" in data else ((),) * len(answers)
+        if vectors.ndim != 2 or not np.isfinite(vectors).all() or not len(vectors) == len(answers) == len(ids) == len(origins) == len(units):
             raise ValueError(f"{path}: the question memory is not one finite vector, answer list, id and origin per entry: retrain it")
-        return QuestionMemory(vectors, answers, ids, origins, str(data["encoder"]), str(data["trained_on"]))
+        return QuestionMemory(vectors, answers, ids, origins, str(data["encoder"]), str(data["trained_on"]), units=units)

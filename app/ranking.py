@@ -91,6 +91,7 @@ class QuerySignals:
     unit_cos: np.ndarray | None = None  # per chunk of `pool`, the best cosine over its text units (None: the chunk's cosine)
     seen: np.ndarray | None = None  # per chunk, `ChunkMemory.seen` of the question (None: no memory)
     seen_best: float | None = None  # `ChunkMemory.best` of the question (None: no memory)
+    seen_units: dict[str, float] | None = None  # `ChunkMemory.seen_units` of the question (None: no memory)
     pool: np.ndarray | None = None  # the chunks worth ranking (`HybridRetriever.pool`), before any filter
 
 

@@ -12,7 +12,7 @@ dropped, and one of our notes at most stands fifth. The peers measured beside it
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Protocol
@@ -51,6 +51,7 @@ class SearchResult:
     covered: bool | None = None  # the retriever's own coverage decision; None: the caller judges `relevance`
     query_vector: np.ndarray | None = None  # the encoder's vector of the question
     unknown_settings: tuple[str, ...] = ()  # config keys or flags the question writes out that nothing indexed names
+    seen_units: Mapping[str, float] = field(default_factory=dict)  # `ChunkMemory.seen_units` of the question ({}: no memory)
 
 
 class Retriever(Protocol):
@@ -182,6 +183,7 @@ class HybridRetriever:
             unseen_terms=sum(1 for t in ask_terms if not self.feature_table.knows(t)),
             seen=memory.seen(vector) if memory is not None else None,
             seen_best=memory.best(vector) if memory is not None else None,
+            seen_units=memory.seen_units(vector) if memory is not None else None,
             pool=(pool := self.pool(bm25, cos, bm25_ask)),
             unit_cos=self.unit_cosines(searched, cos, pool) if self.options.sentence_cosine else None,
         )
@@ -251,7 +253,7 @@ class HybridRetriever:
             row = self.coverage_row(q, ids, top)
             covered = bool(model.score(row[None, :])[0] >= model.threshold)
         return SearchResult(hits=hits, query=query, relevance=relevance, covered=covered, query_vector=q.query_vector,
-                            unknown_settings=q.unknown_settings)
+                            unknown_settings=q.unknown_settings, seen_units=q.seen_units or {})
 
     def coverage_row(self, q: QuerySignals, ids: np.ndarray, top: list[tuple[int, float]]) -> np.ndarray:
         """The coverage signals of a search whose first passages are `top` (chunk id, score)."""

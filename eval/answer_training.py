@@ -69,7 +69,7 @@ def question_units(engine: Engine, questions: list[Question]) -> list[QuestionUn
         ask = split_question(result.query).ask
         evidence = [normalise(e) for e in q.evidence if normalise(e)]
         labels = np.array([any(e in normalise(c.unit.text) for e in evidence) for c in cands], dtype=np.int64)
-        out.append(QuestionUnits(q.id, q.evidence, cands, unit_features(ask, cands, sims), labels,
+        out.append(QuestionUnits(q.id, q.evidence, cands, unit_features(ask, cands, sims, result.seen_units), labels,
                                  unit_scores(ask, cands, sims, semantic_weight=SEMANTIC_WEIGHT)))
     return out
 

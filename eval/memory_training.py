@@ -15,7 +15,7 @@ from typing import Any
 from app.question_memory import MEMORY_FILE, ChunkMemory, QuestionMemory, chunk_key
 from app.retriever import HybridRetriever
 from eval.adapter_training import base_vectors, positives
-from eval.metrics import Question
+from eval.metrics import Question, normalise
 from eval.question_set import load_training_questions, split_of
 
 
@@ -30,7 +30,24 @@ def build_memory(retriever: HybridRetriever, tune: list[Question], extra: list[Q
     vectors = base_vectors(retriever, both)
     answers = tuple(tuple(sorted({keys[i] for i in p})) for p in positives(retriever, both))
     return QuestionMemory(vectors, answers, tuple(q.id for q in both), tuple(q.origin for q in both),
-                          retriever.embedder.name, f"tune split, {len(tune)} questions, {len(extra)} training-only")
+                          retriever.embedder.name, f"tune split, {len(tune)} questions, {len(extra)} training-only",
+                          units=answering_units(retriever, both))
+
+
+def answering_units(retriever: HybridRetriever, questions: list[Question]) -> tuple[tuple[str, ...], ...]:
+    """Per question, the keys of the index's text units (our notes' excepted) that hold one of its
+    gold phrases (the project's one relevance rule, applied to a unit alone)."""
+    index = retriever.index
+    texts: dict[str, str] = {}
+    for i, c in enumerate(index.chunks):
+        if c.source != "notes":
+            for u in index.chunk_units(i)[0]:
+                texts.setdefault(chunk_key(u.text), normalise(u.text))
+    out = []
+    for q in questions:
+        evidence = [e for e in (normalise(x) for x in q.evidence) if e]
+        out.append(tuple(sorted(k for k, t in texts.items() if any(e in t for e in evidence))))
+    return tuple(out)
 
 
 def resolve(memory: QuestionMemory, retriever: HybridRetriever) -> ChunkMemory:
@@ -60,6 +77,8 @@ def train_memory(retriever: HybridRetriever, tune: list[Question], out: Path = M
         "training_only": len(memory.ids) - len(tune),
         "with_answering_chunk": resolved.resolved,
         "answering_chunks": len(resolved.chunk),
+        "with_answering_unit": sum(1 for u in memory.units if u),
+        "answering_units": len({k for u in memory.units for k in u}),
         "encoder": memory.encoder,
         "out": str(out),
     }

@@ -120,7 +120,7 @@ def test_shipped_question_memory_is_the_one_tune_gives(engine) -> None:
     shipped = retriever.options.question_memory.memory
     fresh = build_memory(retriever.with_options(query_adapter=None, question_memory=None), load_split("tune"))
     assert fresh.ids == shipped.ids and fresh.origins == shipped.origins and fresh.encoder == shipped.encoder
-    assert fresh.answers == shipped.answers
+    assert fresh.answers == shipped.answers and fresh.units == shipped.units  # and the same units answer them
     agreement = np.sum(fresh.vectors * shipped.vectors, axis=1) / np.linalg.norm(shipped.vectors, axis=1)
     assert agreement.min() >= 0.995, float(agreement.min())
     assert retriever.options.question_memory.resolved == len(shipped.ids)  # every entry found in this index
@@ -157,21 +157,19 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 def test_answers_on_held_out_questions(engine) -> None:
     """Measured at landing (served int8 query encoder), on sets no choice was made on. The test split, 326
-    answerable and 162 unanswerable questions: the answer text holds a gold phrase for 62.6% (zh 59.0%;
-    60.1% the stop before); no cited segment is cut (0 of 1516), median 117 words; 69.8% of the
-    unanswerable ones refused (65.4%) and 1.8% (6) of the answerable ones (2.1%). The outside sets
-    (`eval/heldout/`, 80 answerable, 80 unanswerable, never trained or tuned on): 61.3% hold a gold phrase
-    (53.8%), 73.8% refused (67.5%), 2.5% (2) of the answerable refused (2.5%). This stop's gains: text
-    units that keep what the passages say (descriptions with a semicolon of their own, statements
-    before their code), the unit scorer reading how close each passage runs to the first, and the
-    coverage decision reading config keys and flags nothing indexed names, an 8-word pointer to the
-    error doctor instead of 20. The threshold sits at the 2%
-    conformal quantile of tune's answerable scores, chosen on tune's cross-validation. Issue 10's targets
-    (75% evidence, 90% refused at <= 3% false) are not reached."""
+    answerable and 162 unanswerable questions: the answer text holds a gold phrase for 68.7% (zh 67.0%;
+    62.6% and 59.0% the stop before); no cited segment is cut (0 of 1554), median 117 words; 69.8% of the
+    unanswerable ones refused (the same) and 1.8% (6) of the answerable ones (the same). The outside sets
+    (`eval/heldout/`, 80 answerable, 80 unanswerable, never trained or tuned on): 68.8% hold a gold phrase
+    (61.3%), 73.8% refused, 2.5% (2) of the answerable refused (both the same). This stop's gain: the
+    unit scorer reads which units answered a remembered question like this one (`ChunkMemory.seen_units`;
+    tune CV 0.695 -> 0.730). The threshold sits at the 2% conformal quantile of tune's answerable
+    scores, chosen on tune's cross-validation. Issue 10's targets (75% evidence, 90% refused at <= 3%
+    false) are not reached."""
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.61
+    assert report["evidence_in_answer"] >= 0.67
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
     assert report["abstention"] >= 0.68
@@ -179,7 +177,7 @@ def test_answers_on_held_out_questions(engine) -> None:
     outside = answer_report(engine, load_questions(OUTSIDE_QUESTIONS), load_unanswerable(UNANSWERABLE_OUTSIDE))
     print(outside)
     assert outside["answerable"] == 80 and outside["unanswerable"] == 80
-    assert outside["evidence_in_answer"] >= 0.57 and outside["cut_segments"] == 0
+    assert outside["evidence_in_answer"] >= 0.65 and outside["cut_segments"] == 0
     assert outside["abstention"] >= 0.70 and outside["false_abstention"] <= 0.05
 
 

@@ -4,19 +4,29 @@ that the retriever's ranker reads it (real FAISS and BM25, the hash embedder).""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from app.answer import UNIT_FEATURES, Candidate, Source, unit_features
 from app.linear_model import LinearModel
-from app.question_memory import SEEN_FLOOR, ChunkMemory, QuestionMemory, chunk_key, load_question_memory
+from app.question_memory import (
+    SEEN_FLOOR,
+    UNIT_SEEN_FLOOR,
+    ChunkMemory,
+    QuestionMemory,
+    chunk_key,
+    load_question_memory,
+)
 from app.ranking import FEATURES, candidate_features
 from app.retriever import HybridRetriever, RetrievalOptions
 from eval.memory_training import build_memory, held_out, resolve
 from eval.metrics import Question
 from eval.question_set import split_of
 from indexer.embedder import HashEmbedder
+from indexer.text_units import text_units
 from tests.test_retriever_mechanics import CHUNKS, _index
 
 
@@ -33,6 +43,7 @@ def _memory() -> QuestionMemory:
         ids=("rq-1", "rq-2", "rq-3"),
         origins=("github-issue o/r#7", "github-issue o/r#7", "docs-reading"),
         encoder="toy",
+        units=(("u-one", "u-two"), ("u-three",), ("u-one",)),
     )
 
 
@@ -52,6 +63,19 @@ def test_seen_is_the_best_resemblance_over_the_floor_per_answering_chunk() -> No
     assert seen[0] == seen[4] == seen[5] == 0.0  # chunks no entry is answered by
     weak = resolved.seen(_unit([1, 0, 3]))  # cosine 0.32 with entry 1: under the floor
     assert not weak.any()
+
+
+def test_seen_units_is_the_best_resemblance_over_the_floor_per_answering_unit() -> None:
+    """The answer's `seen`: per unit key, the closest active entry it answered, less the unit floor."""
+    resolved = ChunkMemory(_memory(), [chunk_key(c.text) for c in CHUNKS])
+    seen = resolved.seen_units(_unit([1, 0, 0]))
+    # u-one answers entries 1 (cosine 1) and 3 (0.707): the best counts; entry 2 is orthogonal
+    assert seen == pytest.approx({"u-one": 1 - UNIT_SEEN_FLOOR, "u-two": 1 - UNIT_SEEN_FLOOR})
+    assert resolved.seen_units(_unit([1, 0, 3])) == {}  # cosine 0.32 at best: under the floor
+    without = resolved.without([0]).seen_units(_unit([1, 0, 0]))  # an evaluation of entry 1 leaves it out
+    assert without == pytest.approx({"u-one": float(_unit([1, 1, 0])[0]) - UNIT_SEEN_FLOOR})
+    no_units = ChunkMemory(QuestionMemory(_memory().vectors, _memory().answers, _memory().ids, _memory().origins, "toy"), [])
+    assert no_units.seen_units(_unit([1, 0, 0])) == {}
 
 
 def test_best_is_the_closest_active_question_for_the_coverage_decision() -> None:
@@ -85,7 +109,7 @@ def test_saved_and_loaded_the_same_and_never_half_written(tmp_path: Path) -> Non
     path = memory.save(tmp_path / "m.npz")
     loaded = load_question_memory(path)
     assert loaded is not None and loaded.answers == memory.answers and loaded.ids == memory.ids
-    assert loaded.origins == memory.origins and loaded.encoder == "toy"
+    assert loaded.origins == memory.origins and loaded.encoder == "toy" and loaded.units == memory.units
     assert np.allclose(loaded.vectors, memory.vectors, atol=1e-3)  # stored in float16
     assert not list(tmp_path.glob("*.tmp*"))
     assert load_question_memory(tmp_path / "absent.npz") is None
@@ -93,6 +117,11 @@ def test_saved_and_loaded_the_same_and_never_half_written(tmp_path: Path) -> Non
              origins=np.array([""]), encoder=np.array("toy"), trained_on=np.array(""))
     with pytest.raises(ValueError, match="retrain it"):
         load_question_memory(tmp_path / "bad.npz")
+    # a memory written before units were kept loads with none (the answer's `seen` is then 0)
+    np.savez(tmp_path / "old.npz", vectors=memory.vectors, answers=np.array([" ".join(a) for a in memory.answers]),
+             ids=np.array(memory.ids), origins=np.array(memory.origins), encoder=np.array("toy"), trained_on=np.array(""))
+    old = load_question_memory(tmp_path / "old.npz")
+    assert old is not None and old.units == ((), (), ())
 
 
 def _tune_question(text: str, evidence: str, origin: str = "") -> Question:
@@ -103,11 +132,13 @@ def _tune_question(text: str, evidence: str, origin: str = "") -> Question:
 
 
 def test_built_from_tune_questions_and_read_by_the_ranker() -> None:
-    index = _index(CHUNKS)
+    index = replace(_index(CHUNKS), units=[text_units(c.text) for c in CHUNKS])  # each chunk's units, as indexed
     retriever = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0))
     q = _tune_question("where do checkpoints get written", "saved with save_checkpoint", "github-issue o/r#1")
     memory = build_memory(retriever, [q], [])
     assert memory.ids == (q.id,) and memory.answers == ((chunk_key(CHUNKS[3].text),),)
+    holding = [u.text for u in index.chunk_units(3)[0] if "saved with save_checkpoint" in u.text.lower()]
+    assert holding and memory.units == ((chunk_key(holding[0]),),)  # the unit that holds the gold phrase
     test_id = next(f"t-{n}" for n in range(100) if split_of(f"t-{n}") == "test")
     with pytest.raises(ValueError, match="tune questions only"):
         build_memory(retriever, [Question(id=test_id, question="q", lang="en", topic="", evidence=("e",), must_mention=())], [])
@@ -129,3 +160,12 @@ def test_built_from_tune_questions_and_read_by_the_ranker() -> None:
     assert alone.options.question_memory is not None and not alone_signals.seen.any()  # type: ignore[union-attr]
     assert alone_signals.seen_best == 0.0 and signals.seen_best == pytest.approx(1.0, abs=1e-5)
     assert retriever.signals(q.question)[1].seen_best is None  # no memory: the coverage feature is missing
+    # the answer's unit scorer reads the remembered unit: `seen` on it, 0 on its neighbours
+    result = with_memory.search(q.question, 3)
+    assert result.seen_units == pytest.approx({chunk_key(holding[0]): 1 - UNIT_SEEN_FLOOR}, abs=1e-5)
+    source = Source(1, "T", "H", CHUNKS[3].text, units=tuple(index.chunk_units(3)[0]))
+    cands = [Candidate(source, u, i) for i, u in enumerate(source.units or ())]
+    rows = unit_features("where are checkpoints written", cands, np.zeros(len(cands)), result.seen_units)
+    column = rows[:, UNIT_FEATURES.index("seen")]
+    assert [c.unit.text for c, v in zip(cands, column, strict=True) if v > 0] == [holding[0]]
+    assert not held_out(with_memory, [q])[q.id].search(q.question, 3).seen_units
