@@ -80,12 +80,19 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    import uvicorn
-
-    from app.api import create_app
+def index_problem(settings: Settings) -> str | None:
+    """Why the index cannot be served (damaged, or built with another model), or None."""
     from app.engine import load_engine
-    from app.http_protocol import server_config
+    from indexer.store import IndexError_
+
+    try:
+        load_engine(settings, strict=True)
+    except IndexError_ as exc:
+        return str(exc)
+    return None
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from app.logs import configure_logging
     from indexer.store import IndexError_, index_present
 
@@ -96,14 +103,30 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     configure_logging(json_lines=settings.log_json)
     if getattr(args, "workers", None):
         settings = settings.model_copy(update={"workers": args.workers})
+    if settings.workers > 1:
+        # a damaged index stops the start with one line, checked in a process that then exits: loaded
+        # here, the engine's memory stayed with the supervisor (~190 MB) while each worker loads its own
+        if index_present(settings.index_dir):
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                problem = pool.submit(index_problem, settings).result()
+            if problem:
+                print(f"dsqa: {problem}", file=sys.stderr)
+                return 3
+        return serve_workers(settings)
+    import uvicorn
+
+    from app.api import create_app
+    from app.engine import load_engine
+    from app.http_protocol import server_config
+
     try:  # a damaged index stops the start with one line; a missing one starts not-ready (503 until built)
         engine = load_engine(settings, strict=True) if index_present(settings.index_dir) else None
     except IndexError_ as exc:
         print(f"dsqa: {exc}", file=sys.stderr)
         return 3
-    if settings.workers > 1:
-        del engine  # each worker loads its own
-        return serve_workers(settings)
     uvicorn.Server(server_config(create_app(settings, engine), host=settings.host, port=settings.port,
                                  header_timeout_s=settings.header_timeout_s, access_log=not settings.log_json)).run()
     return 0

@@ -178,3 +178,26 @@ def test_several_workers_serve_one_port_and_refuse_a_partial_reload(tmp_path_fac
         proc.terminate()
         out = proc.communicate(timeout=30)[0].decode(errors="replace")
     assert out.count("Started server process") == 2, out[-2000:]
+
+
+def test_several_workers_refuse_a_damaged_index_with_one_line(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With workers the index is checked in a process of its own before any worker starts (the
+    supervisor keeps no engine): a damaged one still stops the start with one line, exit 3."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import free_port
+    from tests.small_index import HASH_MODEL
+
+    index = tmp_path_factory.mktemp("damaged") / "index"
+    shutil.copytree(build_small_index(tmp_path_factory), index)
+    with (index / "chunks.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write("not json\n")
+    env = {**os.environ, "DSQA_EMBEDDING_MODEL": HASH_MODEL, "DSQA_LOG_JSON": "false"}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--index", str(index), "--port", str(free_port()), "--workers", "2"],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(f"dsqa: index at {index} is damaged: chunks.jsonl")
+    assert "Traceback" not in done.stderr and "Started server process" not in done.stdout + done.stderr
