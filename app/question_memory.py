@@ -122,34 +122,34 @@ class ChunkMemory:
         other.memory = self.memory.without(drop)
         return other
 
-    def best(self, vector: np.ndarray) -> float:
-        """The best cosine of `vector` with any active entry (how close the question comes to one
-        already answered; the coverage decision reads it). 0 for an empty memory."""
+    def cosines(self, vector: np.ndarray) -> np.ndarray:
+        """The cosine of `vector` with each entry, -1 (no resemblance) for a left-out one: the one
+        product `best`, `seen` and `seen_units` all read."""
         sims = self.memory.vectors @ np.asarray(vector, dtype=np.float32)
-        if self.memory.active is not None:
-            sims = sims[self.memory.active]
-        return float(sims.max()) if len(sims) else 0.0
+        return sims if self.memory.active is None else np.where(self.memory.active, sims, np.float32(-1.0))
 
-    def seen(self, vector: np.ndarray) -> np.ndarray:
-        """Per chunk, the best cosine of `vector` with an active entry that chunk answers, less
-        SEEN_FLOOR (0 for none and for any at or below the floor)."""
+    def best(self, cosines: np.ndarray) -> float:
+        """The best cosine with any active entry (how close the question comes to one already
+        answered; the coverage decision reads it). 0 for an empty memory."""
+        active = self.memory.active
+        return float(cosines.max()) if len(cosines) and (active is None or active.any()) else 0.0
+
+    def seen(self, cosines: np.ndarray) -> np.ndarray:
+        """Per chunk, the best cosine with an active entry that chunk answers, less SEEN_FLOOR (0 for
+        none and for any at or below the floor)."""
         out = np.zeros(self.n_chunks, dtype=np.float32)
         if not len(self.entry):
             return out
-        sims = np.maximum(self.memory.vectors @ np.asarray(vector, dtype=np.float32) - SEEN_FLOOR, 0.0)
-        if self.memory.active is not None:
-            sims = np.where(self.memory.active, sims, 0.0)
+        sims = np.maximum(cosines - SEEN_FLOOR, 0.0)
         np.maximum.at(out, self.chunk, sims[self.entry].astype(np.float32))
         return out
 
-    def seen_units(self, vector: np.ndarray) -> dict[str, float]:
-        """Per text unit key, the best cosine of `vector` with an active entry that unit answers, less
+    def seen_units(self, cosines: np.ndarray) -> dict[str, float]:
+        """Per text unit key, the best cosine with an active entry that unit answers, less
         UNIT_SEEN_FLOOR; units of no entry above the floor are left out."""
         if not self.has_units:
             return {}
-        sims = self.memory.vectors @ np.asarray(vector, dtype=np.float32) - UNIT_SEEN_FLOOR
-        if self.memory.active is not None:
-            sims = np.where(self.memory.active, sims, 0.0)
+        sims = cosines - UNIT_SEEN_FLOOR
         out: dict[str, float] = {}
         for e in np.flatnonzero(sims > 0.0):
             for key in self.memory.units[e]:

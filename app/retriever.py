@@ -165,6 +165,12 @@ class HybridRetriever:
         if memory is not None and memory.memory.dimension != len(vector):
             memory = None
         searched = adapter.apply(vector) if adapter is not None and adapter.dimension == len(vector) else vector
+        seen: np.ndarray | None = None
+        seen_best: float | None = None
+        seen_units: dict[str, float] | None = None
+        if memory is not None:  # one product with the remembered questions for the memory's three reads
+            resemblance = memory.cosines(vector)
+            seen, seen_best, seen_units = memory.seen(resemblance), memory.best(resemblance), memory.seen_units(resemblance)
         cos = self.matrix @ searched if len(self.matrix) else np.zeros(0, dtype=np.float32)
         signals = QuerySignals(
             bm25=bm25,
@@ -181,9 +187,9 @@ class HybridRetriever:
             first_release=asks_first_release(question),
             unknown_settings=tuple(dict.fromkeys(n for n in settings_named(question) if not self.knows_setting(n))),
             unseen_terms=sum(1 for t in ask_terms if not self.feature_table.knows(t)),
-            seen=memory.seen(vector) if memory is not None else None,
-            seen_best=memory.best(vector) if memory is not None else None,
-            seen_units=memory.seen_units(vector) if memory is not None else None,
+            seen=seen,
+            seen_best=seen_best,
+            seen_units=seen_units,
             pool=(pool := self.pool(bm25, cos, bm25_ask)),
             unit_cos=self.unit_cosines(searched, cos, pool) if self.options.sentence_cosine else None,
         )

@@ -56,34 +56,34 @@ def test_chunk_key_ignores_case_punctuation_and_spacing() -> None:
 def test_seen_is_the_best_resemblance_over_the_floor_per_answering_chunk() -> None:
     resolved = ChunkMemory(_memory(), [chunk_key(c.text) for c in CHUNKS])
     assert resolved.resolved == 3 and len(resolved.chunk) == 4  # the unknown key drops, its entry stays
-    seen = resolved.seen(_unit([1, 0, 0]))
+    seen = resolved.seen(resolved.cosines(_unit([1, 0, 0])))
     # chunk 1 is answered by entries 1 (cosine 1) and 3 (0.707): the best counts
     assert seen[1] == pytest.approx(1 - SEEN_FLOOR) and seen[2] == pytest.approx(1 - SEEN_FLOOR)
     assert seen[3] == 0.0  # entry 2 is orthogonal: no resemblance
     assert seen[0] == seen[4] == seen[5] == 0.0  # chunks no entry is answered by
-    weak = resolved.seen(_unit([1, 0, 3]))  # cosine 0.32 with entry 1: under the floor
+    weak = resolved.seen(resolved.cosines(_unit([1, 0, 3])))  # cosine 0.32 with entry 1: under the floor
     assert not weak.any()
 
 
 def test_seen_units_is_the_best_resemblance_over_the_floor_per_answering_unit() -> None:
     """The answer's `seen`: per unit key, the closest active entry it answered, less the unit floor."""
     resolved = ChunkMemory(_memory(), [chunk_key(c.text) for c in CHUNKS])
-    seen = resolved.seen_units(_unit([1, 0, 0]))
+    seen = resolved.seen_units(resolved.cosines(_unit([1, 0, 0])))
     # u-one answers entries 1 (cosine 1) and 3 (0.707): the best counts; entry 2 is orthogonal
     assert seen == pytest.approx({"u-one": 1 - UNIT_SEEN_FLOOR, "u-two": 1 - UNIT_SEEN_FLOOR})
-    assert resolved.seen_units(_unit([1, 0, 3])) == {}  # cosine 0.32 at best: under the floor
-    without = resolved.without([0]).seen_units(_unit([1, 0, 0]))  # an evaluation of entry 1 leaves it out
+    assert resolved.seen_units(resolved.cosines(_unit([1, 0, 3]))) == {}  # cosine 0.32 at best: under the floor
+    without = resolved.without([0]).seen_units(resolved.without([0]).cosines(_unit([1, 0, 0])))  # an evaluation of entry 1 leaves it out
     assert without == pytest.approx({"u-one": float(_unit([1, 1, 0])[0]) - UNIT_SEEN_FLOOR})
     no_units = ChunkMemory(QuestionMemory(_memory().vectors, _memory().answers, _memory().ids, _memory().origins, "toy"), [])
-    assert no_units.seen_units(_unit([1, 0, 0])) == {}
+    assert no_units.seen_units(no_units.cosines(_unit([1, 0, 0]))) == {}
 
 
 def test_best_is_the_closest_active_question_for_the_coverage_decision() -> None:
     resolved = ChunkMemory(_memory(), [chunk_key(c.text) for c in CHUNKS])
-    assert resolved.best(_unit([1, 0, 0])) == pytest.approx(1.0)
-    assert resolved.best(_unit([0, 0, 1])) == pytest.approx(0.0, abs=1e-6)  # orthogonal to all three
-    assert resolved.without([0]).best(_unit([1, 0, 0])) == pytest.approx(float(_unit([1, 1, 0])[0]))
-    assert resolved.without([0, 1, 2]).best(_unit([1, 0, 0])) == 0.0  # nothing left to resemble
+    assert resolved.best(resolved.cosines(_unit([1, 0, 0]))) == pytest.approx(1.0)
+    assert resolved.best(resolved.cosines(_unit([0, 0, 1]))) == pytest.approx(0.0, abs=1e-6)  # orthogonal to all three
+    assert resolved.without([0]).best(resolved.without([0]).cosines(_unit([1, 0, 0]))) == pytest.approx(float(_unit([1, 1, 0])[0]))
+    assert resolved.without([0, 1, 2]).best(resolved.without([0, 1, 2]).cosines(_unit([1, 0, 0]))) == 0.0  # nothing left to resemble
 
 
 def test_a_missing_feature_moves_a_linear_score_neither_way() -> None:
@@ -99,9 +99,9 @@ def test_an_evaluation_leaves_out_the_question_and_its_thread() -> None:
     assert memory.related("rq-9", "github-issue o/r#8") == []
     resolved = ChunkMemory(memory, [chunk_key(c.text) for c in CHUNKS])
     without = resolved.without(memory.related("rq-1", "github-issue o/r#7"))
-    seen = without.seen(_unit([1, 0, 0]))
+    seen = without.seen(without.cosines(_unit([1, 0, 0])))
     assert seen[2] == 0.0 and seen[1] == pytest.approx(max(float(_unit([1, 1, 0])[0]) - SEEN_FLOOR, 0.0))
-    assert resolved.seen(_unit([1, 0, 0]))[2] > 0  # the original is unchanged
+    assert resolved.seen(resolved.cosines(_unit([1, 0, 0])))[2] > 0  # the original is unchanged
 
 
 def test_saved_and_loaded_the_same_and_never_half_written(tmp_path: Path) -> None:
