@@ -16,20 +16,21 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from slack_bolt import App
-from slack_bolt.adapter.fastapi import SlackRequestHandler
-from slack_bolt.authorization import AuthorizeResult
-from slack_sdk import WebClient
 
 from app.ask import ask, best_snippets
 from app.engine import Engine
 from app.errors import DsqaError, InvalidInput, NotConfigured, as_text
 from app.schemas import MAX_QUESTION_CHARS, AskRequest, AskResponse
 from app.settings import Settings
+
+if TYPE_CHECKING:  # slack_bolt is imported only where the bot is configured (a server without it saves ~4 MB a worker)
+    from slack_bolt import App
+    from slack_bolt.authorization import AuthorizeResult
+    from slack_sdk import WebClient
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +104,15 @@ def reply_for(get_engine: EngineGetter, question: str) -> tuple[list[dict[str, A
 
 def _no_token(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
     """Without a bot token slash commands still work (they answer through response_url)."""
+    from slack_bolt.authorization import AuthorizeResult
+
     return AuthorizeResult(enterprise_id=enterprise_id, team_id=team_id)
 
 
 def build_bolt_app(settings: Settings, get_engine: EngineGetter) -> App:
+    from slack_bolt import App
+    from slack_sdk import WebClient
+
     client = WebClient(token=settings.slack_bot_token, base_url=settings.slack_api_url)
     bolt = App(
         signing_secret=settings.slack_signing_secret,
@@ -171,7 +177,11 @@ def _unauthorised(message: str) -> Response:
 
 
 def mount_slack(app: FastAPI, settings: Settings, get_engine: EngineGetter) -> None:
-    handler = SlackRequestHandler(build_bolt_app(settings, get_engine)) if settings.slack_signing_secret else None
+    handler = None
+    if settings.slack_signing_secret:
+        from slack_bolt.adapter.fastapi import SlackRequestHandler
+
+        handler = SlackRequestHandler(build_bolt_app(settings, get_engine))
     guard = ReplayGuard()
 
     async def slack_route(request: Request) -> Response:
