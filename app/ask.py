@@ -28,6 +28,7 @@ from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
 from app.llm_client import Numbered, citation_problem, messages_for
 from app.query import QUESTION_WORDS_ZH, asks_only_what_key_is, split_question
+from app.query_adapter import QueryAdapter
 from app.retriever import Hit, SearchResult
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
 from indexer.documents import Snippet
@@ -94,11 +95,11 @@ def terms_line(glossary: Glossary, question: str, limit: int = 4) -> str:
     return f"术语：{'；'.join(pairs)}\n" if pairs else ""
 
 
-def answer_sources(index: LoadedIndex, result: SearchResult) -> tuple[list[Source], np.ndarray | None]:
-    """The numbered sources of an answer, each with its text units as indexed, and the cosine of the
-    question with every unit of the first ANSWER_DEPTH sources (None without unit vectors)."""
+def source_units(index: LoadedIndex, result: SearchResult) -> tuple[list[Source], np.ndarray | None]:
+    """The numbered sources of an answer, each with its text units as indexed, and the stacked vectors
+    of every unit of the first ANSWER_DEPTH sources (None without unit vectors)."""
     sources: list[Source] = []
-    sims: list[np.ndarray] = []
+    vectors: list[np.ndarray] = []
     usable = result.query_vector is not None and index.unit_vectors is not None
     for n, hit in enumerate(result.hits, 1):
         units: list[Unit] = []
@@ -106,13 +107,24 @@ def answer_sources(index: LoadedIndex, result: SearchResult) -> tuple[list[Sourc
             if j < 0:
                 continue
             offset = units[-1].block + 1 if units else 0  # a chunk's blocks never read on into the next
-            chunk_units, vectors = index.chunk_units(j)
+            chunk_units, chunk_vectors = index.chunk_units(j)
             units += [Unit(u.text, u.block + offset) for u in chunk_units]
-            if n <= ANSWER_DEPTH and usable and vectors is not None:
-                sims.append(vectors @ result.query_vector)
+            if n <= ANSWER_DEPTH and usable and chunk_vectors is not None:
+                vectors.append(chunk_vectors)
         sources.append(Source(n=n, title=hit.chunk.title, heading=hit.chunk.heading, text=hit.chunk.text, units=tuple(units), score=hit.score))
-    similarities = np.concatenate(sims) if usable and sims else None
-    return sources, similarities
+    stacked = np.concatenate(vectors) if usable and vectors else None
+    return sources, stacked
+
+
+def answer_sources(index: LoadedIndex, result: SearchResult, adapter: QueryAdapter | None = None) -> tuple[list[Source], np.ndarray | None]:
+    """The numbered sources of an answer and the cosine of the question with every unit of the first
+    ANSWER_DEPTH sources (None without unit vectors); `adapter`: the answer's unit adapter, which moves
+    the searched vector toward the units that answer."""
+    sources, vectors = source_units(index, result)
+    if vectors is None or result.query_vector is None:
+        return sources, None
+    query = result.query_vector if adapter is None else adapter.apply(result.query_vector)
+    return sources, vectors @ query
 
 
 @dataclass
@@ -165,7 +177,7 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     if not covered:
         draft = unknown_line(result.unknown_settings) + NOT_COVERED
     else:
-        sources, similarities = answer_sources(index, result)
+        sources, similarities = answer_sources(index, result, engine.unit_adapter)
         ask_text = split_question(result.query).ask
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model, result.seen_units)

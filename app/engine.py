@@ -23,7 +23,7 @@ from app.errors import IndexNotReady
 from app.glossary import Glossary
 from app.linear_model import LinearModel
 from app.llm_client import LlmClient
-from app.query_adapter import QueryAdapter, load_query_adapter
+from app.query_adapter import ADAPTER_FILE, UNIT_ADAPTER_FILE, QueryAdapter, load_query_adapter
 from app.question_memory import ChunkMemory, chunk_key, load_question_memory
 from app.ranking import load_ranker
 from app.retriever import HybridRetriever, RetrievalOptions, Retriever
@@ -53,6 +53,7 @@ class Engine:
     glossary: Glossary | None = None  # Chinese -> English terms (the answer names the ones it used)
     llm: LlmClient | None = None  # the generation endpoint, when DSQA_LLM_URL is set
     unit_model: LinearModel | None = None  # the learned choice of answer units (`app/answer.py`)
+    unit_adapter: QueryAdapter | None = None  # moves the searched vector toward answering units (with unit_model only)
 
     def require(self) -> tuple[LoadedIndex, Retriever]:
         if self.index is None or self.retriever is None:
@@ -122,11 +123,12 @@ def retrieval_options(settings: Settings, encoder: str) -> RetrievalOptions:
     )
 
 
-def query_adapter_for(encoder: str) -> QueryAdapter | None:
-    """The shipped query adapter when it was fitted on this encoder's vectors, else None."""
-    adapter = load_query_adapter()
+def query_adapter_for(encoder: str, path: Path = ADAPTER_FILE) -> QueryAdapter | None:
+    """The shipped query adapter (or the answer's unit adapter) when it was fitted on this encoder's
+    vectors, else None."""
+    adapter = load_query_adapter(path)
     if adapter is not None and adapter.encoder != encoder:
-        log.warning("the query adapter was trained with %s, not %s: not used", adapter.encoder or "?", encoder)
+        log.warning("the adapter %s was trained with %s, not %s: not used", path.name, adapter.encoder or "?", encoder)
         return None
     return adapter
 
@@ -209,5 +211,7 @@ def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: 
             retriever = retriever.with_options(question_memory=memory)
         _ = retriever.feature_table  # the ranker's per-chunk terms and arrays: built at load, not on the first question
     unit_model = _for_encoder("answer unit scorer", load_unit_model() if settings.learned_answer else None, embedder.name)
+    # the unit scorer was trained on the unit adapter's cosines: the adapter applies only together with it
+    unit_adapter = query_adapter_for(embedder.name, UNIT_ADAPTER_FILE) if unit_model is not None else None
     return Engine(settings=settings, index=index, retriever=retriever, glossary=glossary, llm=llm_client(settings, llm_http),
-                  unit_model=unit_model)
+                  unit_model=unit_model, unit_adapter=unit_adapter)

@@ -10,6 +10,10 @@ vectors and the dense peer keep the base encoder; the adapted vector is searched
 units the answer quotes. Pure numpy at query time
 (one 384 x 384 product, ~0.05 ms). Shipped in `app/query_adapter.npz`, for the encoder it was
 trained with only.
+
+A second adapter of the same form, `app/unit_adapter.npz`, moves the searched vector once more, within
+the passages found, toward the units that hold the answer (`eval/unit_adapter_training.py`); the answer's
+unit scorer reads its cosines and applies only together with it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 ADAPTER_FILE = Path(__file__).resolve().parent / "query_adapter.npz"
+UNIT_ADAPTER_FILE = Path(__file__).resolve().parent / "unit_adapter.npz"
 
 
 @dataclass(frozen=True)

@@ -2,15 +2,18 @@
 
 For each tune question the shipped retriever's first passages give the candidate units
 (`app/answer.py`); a unit is relevant when it holds a gold evidence phrase (the project's one
-rule, `eval/metrics.py`). A balanced logistic regression over UNIT_FEATURES is fitted; its
+rule, `eval/metrics.py`). The unit adapter (`eval/unit_adapter_training.py`) is fitted first; the
+scorer reads its cosines, cross-fitted (each question's from an adapter fitted without its fold, as a
+new question would get them). A balanced logistic regression over UNIT_FEATURES is fitted; its
 regularisation is chosen by 5-fold cross-validation over tune questions, scored by what the reader
-gets: the share of composed answers that hold a gold phrase. Written to `app/answer_units.json`.
-The `test` split is never read here.
+gets: the share of composed answers that hold a gold phrase. Written to `app/answer_units.json` and
+`app/unit_adapter.npz`. The `test` split is never read here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +29,15 @@ from app.answer import (
     unit_features,
     unit_scores,
 )
-from app.ask import answer_sources
+from app.ask import source_units
 from app.engine import Engine
 from app.linear_model import LinearModel
 from app.query import split_question
+from app.query_adapter import UNIT_ADAPTER_FILE, QueryAdapter
 from app.retriever import HybridRetriever
 from eval.metrics import Question, normalise
 from eval.question_set import hash_fold, split_of
+from eval.unit_adapter_training import UNIT_LAMBDA, UNIT_TEMPERATURE, adapted, fit_unit_delta
 
 C_GRID = (0.01, 0.1, 1.0)
 FOLDS = 5
@@ -46,6 +51,15 @@ class QuestionUnits:
     rows: np.ndarray
     labels: np.ndarray
     hand: np.ndarray  # the hand-weighted scores, for the report
+    ask: str
+    seen: Mapping[str, float] | None  # the search's `seen_units`
+    query_vector: np.ndarray  # the searched vector
+    unit_vectors: np.ndarray  # one row per candidate
+
+    def adapted(self, delta: np.ndarray) -> QuestionUnits:
+        """The same candidates with their features read through a unit adapter `delta`."""
+        sims = self.unit_vectors @ adapted(self.query_vector, delta)
+        return replace(self, rows=unit_features(self.ask, self.cands, sims, self.seen))
 
 
 def question_units(engine: Engine, questions: list[Question]) -> list[QuestionUnits]:
@@ -62,15 +76,17 @@ def question_units(engine: Engine, questions: list[Question]) -> list[QuestionUn
     out: list[QuestionUnits] = []
     for q in questions:
         result = own.get(q.id, retriever).search(q.question, 5)
-        sources, sims = answer_sources(index, result)
+        sources, vectors = source_units(index, result)
         cands = candidates(sources)
-        if not cands or sims is None or len(sims) != len(cands):
+        if not cands or vectors is None or result.query_vector is None or len(vectors) != len(cands):
             continue
+        sims = vectors @ result.query_vector
         ask = split_question(result.query).ask
         evidence = [normalise(e) for e in q.evidence if normalise(e)]
         labels = np.array([any(e in normalise(c.unit.text) for e in evidence) for c in cands], dtype=np.int64)
         out.append(QuestionUnits(q.id, q.evidence, cands, unit_features(ask, cands, sims, result.seen_units), labels,
-                                 unit_scores(ask, cands, sims, semantic_weight=SEMANTIC_WEIGHT)))
+                                 unit_scores(ask, cands, sims, semantic_weight=SEMANTIC_WEIGHT), ask, result.seen_units,
+                                 np.array(result.query_vector, dtype=np.float32), np.array(vectors, dtype=np.float32)))
     return out
 
 
@@ -116,23 +132,52 @@ def choose_c(data: list[QuestionUnits]) -> tuple[float, dict[float, float]]:
     return max(results, key=lambda c: (results[c], -c)), results
 
 
+def unit_delta(data: list[QuestionUnits]) -> np.ndarray:
+    return fit_unit_delta([d.query_vector for d in data], [d.unit_vectors for d in data], [d.labels for d in data])
+
+
+def crossfit_adapted(data: list[QuestionUnits]) -> list[QuestionUnits]:
+    """Each question's candidates read through a unit adapter fitted without its fold."""
+    fold_of = [hash_fold(d.id, FOLDS) for d in data]
+    out: list[QuestionUnits | None] = [None] * len(data)
+    for f in range(FOLDS):
+        train = [d for d, k in zip(data, fold_of, strict=True) if k != f]
+        if not any(k == f for k in fold_of):
+            continue
+        delta = unit_delta(train)
+        for i, (d, k) in enumerate(zip(data, fold_of, strict=True)):
+            if k == f:
+                out[i] = d.adapted(delta)
+    return [d for d in out if d is not None]
+
+
 def train_answer_units(engine: Engine, tune: list[Question], out: Path = UNIT_MODEL_FILE) -> dict[str, Any]:
+    """Writes the scorer to `out` and the unit adapter beside it (UNIT_ADAPTER_FILE's name)."""
+    adapter_out = Path(out).with_name(UNIT_ADAPTER_FILE.name)
     if any(split_of(q.id) != "tune" for q in tune):
         raise ValueError("the answer unit scorer is trained on tune questions only")
     _, retriever = engine.require()
-    data = question_units(engine, tune)
-    c, cv = choose_c(data)
     if not isinstance(retriever, HybridRetriever):
         raise TypeError("the answer unit scorer is trained over the shipped hybrid retriever")
+    data = question_units(engine, tune)
+    _, base_cv = choose_c(data)  # the report: without the unit adapter
+    crossfitted = crossfit_adapted(data)
+    c, cv = choose_c(crossfitted)
     encoder = retriever.embedder.name
-    model = fit(data, c, f"tune split, {len(data)} questions, C={c}", encoder=encoder)
+    adapter = QueryAdapter(unit_delta(data), encoder, f"tune split, {len(data)} questions, lambda={UNIT_LAMBDA}, "
+                                                      f"temperature={UNIT_TEMPERATURE}")
+    adapter.save(adapter_out)
+    # the scorer learns from cross-fitted adapter cosines: what a question the adapter never saw gets
+    model = fit(crossfitted, c, f"tune split, {len(data)} questions, C={c}, unit adapter cosines cross-fitted", encoder=encoder)
     model.save(out)
     return {
         "questions": len(data),
         "with_relevant_unit": sum(1 for d in data if d.labels.any()),
         "C": c,
         "cv_evidence_in_answer": {str(k): round(v, 4) for k, v in cv.items()},
+        "cv_evidence_in_answer_without_unit_adapter": {str(k): round(v, 4) for k, v in base_cv.items()},
         "hand_weights_evidence_in_answer": round(evidence_share(data, lambda d: d.hand), 4),
         "weights": dict(zip(UNIT_FEATURES, model.weights.round(3).tolist(), strict=True)),
         "out": str(out),
+        "unit_adapter": str(adapter_out),
     }

@@ -15,7 +15,7 @@ from app.ask import ask, prepare
 from app.coverage import load_abstention
 from app.engine import load_engine
 from app.query import asks_only_what_key_is
-from app.query_adapter import load_query_adapter
+from app.query_adapter import UNIT_ADAPTER_FILE, load_query_adapter
 from app.ranking import load_ranker
 from app.retriever import HybridRetriever
 from app.schemas import AskRequest
@@ -241,6 +241,10 @@ def test_shipped_answer_unit_scorer_is_the_one_tune_gives(engine, tmp_path: Path
     assert fresh is not None and shipped is not None and engine.unit_model is not None
     assert np.allclose(fresh.weights, shipped.weights, atol=0.05)
     assert report["with_relevant_unit"] > 80
+    # the unit adapter beside it, and the shipped one the engine reads
+    fresh_adapter, shipped_adapter = load_query_adapter(tmp_path / UNIT_ADAPTER_FILE.name), load_query_adapter(UNIT_ADAPTER_FILE)
+    assert fresh_adapter is not None and shipped_adapter is not None and engine.unit_adapter is not None
+    assert np.abs(fresh_adapter.delta - shipped_adapter.delta).max() < 0.01 < np.abs(shipped_adapter.delta).max()
     with pytest.raises(ValueError, match="tune questions only"):
         train_answer_units(engine, load_split("test")[:3], tmp_path / "x.json")
 
