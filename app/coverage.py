@@ -8,8 +8,9 @@ of the ask's words no passage or heading holds at all (a GPU, library or product
 it asks for a date, price, opinion or measured number or for the release that first had a feature
 (what docs never hold), whether it writes out a config key (`"name": ...`) or a launcher flag
 (`--name`) that nothing indexed names (a key DeepSpeed never had), how far BM25's
-and the dense model's top ten agree, and how close the question comes to one already answered (the
-best cosine with a question of the memory, `app/question_memory.py`). A logistic model over them, trained on the `tune` split of our
+and the dense model's top ten agree, how close the question comes to one already answered (the
+best cosine with a question of the memory, `app/question_memory.py`), and how close to one the docs do not
+answer (`app/refusal_memory.py`). A logistic model over them, trained on the `tune` split of our
 answerable questions against the tune half of `eval/unanswerable.jsonl`, with its threshold set so
 that about 3% of answerable questions it never saw are refused (`dsqa eval train-abstention`).
 """
@@ -45,6 +46,7 @@ COVERAGE_FEATURES: tuple[str, ...] = (
     "seen_best",  # the best cosine with a remembered question (`ChunkMemory.best`; missing without a memory)
     "first_release",  # asks which release first had a feature (`app.query.asks_first_release`)
     "unknown_setting",  # writes out a config key ("name": ...) or flag (--name) that nothing indexed names
+    "refused_best",  # how close it comes to a remembered question the docs do not answer (`app/refusal_memory.py`)
 )
 
 
@@ -79,6 +81,7 @@ def coverage_features(q: QuerySignals, candidate_cos: np.ndarray, top: list[int]
         np.nan if q.seen_best is None else q.seen_best,
         float(q.first_release),
         float(bool(q.unknown_settings)),
+        np.nan if q.refused_best is None else q.refused_best,
     ], dtype=np.float64)
 
 

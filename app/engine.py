@@ -26,6 +26,7 @@ from app.llm_client import LlmClient
 from app.query_adapter import ADAPTER_FILE, UNIT_ADAPTER_FILE, QueryAdapter, load_query_adapter
 from app.question_memory import ChunkMemory, chunk_key, load_question_memory
 from app.ranking import load_ranker
+from app.refusal_memory import RefusalMemory, load_refusal_memory
 from app.retriever import HybridRetriever, RetrievalOptions, Retriever
 from app.settings import Settings
 from indexer.documents import Snippet
@@ -113,6 +114,8 @@ def retrieval_options(settings: Settings, encoder: str) -> RetrievalOptions:
     abstention = _for_encoder("coverage decision", load_abstention() if settings.learned_abstention else None, encoder)
     # the ranker was trained on the adapted cosines: the adapter applies only together with it
     adapter = query_adapter_for(encoder) if ranker is not None else None
+    # the decision was trained with the refusal memory's resemblance: the memory applies only together with it
+    refusals = refusal_memory_for(encoder) if abstention is not None and ranker is not None else None
     return RetrievalOptions(
         bm25_share=share,
         depth=settings.candidate_depth,
@@ -120,6 +123,7 @@ def retrieval_options(settings: Settings, encoder: str) -> RetrievalOptions:
         abstention=abstention if ranker is not None else None,
         section_words=settings.passage_words,
         query_adapter=adapter,
+        refusal_memory=refusals,
     )
 
 
@@ -131,6 +135,15 @@ def query_adapter_for(encoder: str, path: Path = ADAPTER_FILE) -> QueryAdapter |
         log.warning("the adapter %s was trained with %s, not %s: not used", path.name, adapter.encoder or "?", encoder)
         return None
     return adapter
+
+
+def refusal_memory_for(encoder: str) -> RefusalMemory | None:
+    """The shipped refusal memory when its vectors are this encoder's, else None."""
+    memory = load_refusal_memory()
+    if memory is not None and memory.encoder != encoder:
+        log.warning("the refusal memory holds vectors of %s, not %s: not used", memory.encoder or "?", encoder)
+        return None
+    return memory
 
 
 def question_memory_for(encoder: str, index: LoadedIndex) -> ChunkMemory | None:

@@ -92,6 +92,7 @@ class QuerySignals:
     seen: np.ndarray | None = None  # per chunk, `ChunkMemory.seen` of the question (None: no memory)
     seen_best: float | None = None  # `ChunkMemory.best` of the question (None: no memory)
     seen_units: dict[str, float] | None = None  # `ChunkMemory.seen_units` of the question (None: no memory)
+    refused_best: float | None = None  # `RefusalMemory.resemblance` of the question (None: no refusal memory)
     pool: np.ndarray | None = None  # the chunks worth ranking (`HybridRetriever.pool`), before any filter
 
 

@@ -28,6 +28,7 @@ from app.query import asks_first_release, asks_unknowable, identifiers, settings
 from app.query_adapter import QueryAdapter
 from app.question_memory import ChunkMemory
 from app.ranking import ChunkTerms, FeatureTable, QuerySignals, candidate_features, chunk_terms
+from app.refusal_memory import RefusalMemory
 from indexer.documents import Chunk
 from indexer.embedder import Embedder
 from indexer.store import LoadedIndex
@@ -102,6 +103,7 @@ class RetrievalOptions:
     one_per_section: bool = True  # a second chunk of a section already shown (same page and headings) is skipped
     query_adapter: QueryAdapter | None = None  # the learned query-vector correction (`app/query_adapter.py`)
     question_memory: ChunkMemory | None = None  # the tune questions and their answering chunks (`app/question_memory.py`)
+    refusal_memory: RefusalMemory | None = None  # tune questions the docs do not answer (`app/refusal_memory.py`)
 
 
 class HybridRetriever:
@@ -171,6 +173,8 @@ class HybridRetriever:
         if memory is not None:  # one product with the remembered questions for the memory's three reads
             resemblance = memory.cosines(vector)
             seen, seen_best, seen_units = memory.seen(resemblance), memory.best(resemblance), memory.seen_units(resemblance)
+        refusals = self.options.refusal_memory
+        refused_best = refusals.resemblance(vector) if refusals is not None and refusals.dimension == len(vector) else None
         cos = self.matrix @ searched if len(self.matrix) else np.zeros(0, dtype=np.float32)
         signals = QuerySignals(
             bm25=bm25,
@@ -190,6 +194,7 @@ class HybridRetriever:
             seen=seen,
             seen_best=seen_best,
             seen_units=seen_units,
+            refused_best=refused_best,
             pool=(pool := self.pool(bm25, cos, bm25_ask)),
             unit_cos=self.unit_cosines(searched, cos, pool) if self.options.sentence_cosine else None,
         )

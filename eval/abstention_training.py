@@ -3,7 +3,9 @@
 Positives: the `tune` split of our answerable questions; negatives: the `tune` half of
 `eval/unanswerable.jsonl` (split by the same id hash). A balanced logistic regression over the
 coverage signals (`app/coverage.py`); its threshold is the split-conformal quantile of the answerable
-tune questions' scores at CONFORMAL_ALPHA. Written to `app/abstention.json`.
+tune questions' scores at CONFORMAL_ALPHA. Written to `app/abstention.json`, with the refusal memory
+(`app/refusal_memory.py`: the tune unanswerable questions' vectors) beside it; an unanswerable training
+question's resemblance leaves out its own entry.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from app.coverage import ABSTENTION_FILE, COVERAGE_FEATURES
 from app.linear_model import LinearModel
+from app.refusal_memory import REFUSAL_MEMORY_FILE, RefusalMemory, excess
 from app.retriever import COVERAGE_DEPTH, HybridRetriever
 from eval.answer_quality import Unanswerable
 from eval.metrics import Question
@@ -30,7 +33,8 @@ CONFORMAL_ALPHA = 0.02
 
 
 def coverage_rows(retriever: HybridRetriever, questions: list[str], own: list[HybridRetriever] | None = None) -> np.ndarray:
-    """`own`: per question, the retriever to search with (the cross-fitted query adapters)."""
+    """`own`: per question, the retriever to search with (the cross-fitted query adapters). The refusal
+    memory is the retriever's (its column is missing, NaN, without one)."""
     searchers = own if own is not None else [retriever] * len(questions)
     rows = []
     for text, searcher in zip(questions, searchers, strict=True):
@@ -42,12 +46,23 @@ def coverage_rows(retriever: HybridRetriever, questions: list[str], own: list[Hy
     return np.vstack(rows)
 
 
+def base_vectors(retriever: HybridRetriever, questions: list[str]) -> np.ndarray:
+    """The encoder's vectors of the searched texts, before any query adapter (what the memories hold)."""
+    base = retriever.with_options(query_adapter=None)
+    rows = [base.signals(text)[1].query_vector for text in questions]
+    if any(v is None for v in rows):
+        raise ValueError("the retriever gave no query vector")
+    return np.vstack([v for v in rows if v is not None]).astype(np.float32)
+
+
 def train_abstention(retriever: HybridRetriever, answerable: list[Question], unanswerable: list[Unanswerable],
                      out: Path = ABSTENTION_FILE) -> dict[str, Any]:
+    """Writes the decision to `out` and the refusal memory beside it (REFUSAL_MEMORY_FILE's name)."""
     from sklearn.linear_model import LogisticRegression
 
     if any(split_of(q.id) != "tune" for q in answerable) or any(split_of(u.id) != "tune" for u in unanswerable):
         raise ValueError("the coverage decision is trained on tune questions only")
+    retriever = retriever.with_options(refusal_memory=None)  # the resemblance column is filled below, each leaving itself out
     # with a query adapter, an answerable tune question is searched through one fitted without it (an
     # adapter's cosines are higher on the questions it was fitted on than on any new question)
     # and with a question memory, through one that leaves out the question and its thread (its own
@@ -63,6 +78,13 @@ def train_abstention(retriever: HybridRetriever, answerable: list[Question], una
     own = [by_id[q.id] for q in answerable]
     pos = coverage_rows(retriever, [q.question for q in answerable], own)
     neg = coverage_rows(retriever, [u.question for u in unanswerable])
+    refusals = RefusalMemory(base_vectors(retriever, [u.question for u in unanswerable]), retriever.embedder.name,
+                             f"tune split, {len(unanswerable)} unanswerable questions")
+    column = COVERAGE_FEATURES.index("refused_best")
+    pos[:, column] = [excess(float(c)) for c in refusals.cosines(base_vectors(retriever, [q.question for q in answerable])).max(axis=1)]
+    among = refusals.cosines(refusals.vectors)
+    np.fill_diagonal(among, -np.inf)  # a remembered question does not resemble itself
+    neg[:, column] = [excess(float(c)) for c in among.max(axis=1)]
     x = np.vstack([pos, neg])
     y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
     mean, scale = x.mean(axis=0), x.std(axis=0)
@@ -78,6 +100,7 @@ def train_abstention(retriever: HybridRetriever, answerable: list[Question], una
     threshold = float(pos_scores[k - 1])
     model = replace(model, threshold=threshold)
     model.save(out)
+    memory_out = refusals.save(Path(out).with_name(REFUSAL_MEMORY_FILE.name))
     neg_scores = model.score(neg)
     return {
         "answerable": len(pos),
@@ -87,4 +110,5 @@ def train_abstention(retriever: HybridRetriever, answerable: list[Question], una
         "tune_abstention": round(float((neg_scores < threshold).mean()), 4),
         "weights": dict(zip(COVERAGE_FEATURES, model.weights.round(3).tolist(), strict=True)),
         "out": str(out),
+        "refusal_memory": str(memory_out),
     }

@@ -4,9 +4,12 @@ the unanswerable set, the coverage signals and the guard that keeps learned mode
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from app.answer import NOT_COVERED, Source, about_other_option, config_line, extractive_answer, keys_named
 from app.ask import key_line, terms_line, version_notes
@@ -25,7 +28,7 @@ from eval.answer_quality import (
     load_unanswerable,
     segments,
 )
-from eval.question_set import split_of
+from eval.question_set import load_question_set, split_of
 from indexer.documents import Chunk, Snippet
 from indexer.text_units import text_units, unit_table
 from indexer.tokenize import tokenize
@@ -53,6 +56,28 @@ def test_unanswerable_set_make_up() -> None:
     assert len(outside) >= 80 and {u.id for u in outside}.isdisjoint({r["id"] for r in rows})
     assert {u.question for u in outside}.isdisjoint({r["question"] for r in rows})
     assert Counter(u.lang for u in outside)["zh"] >= 20 and all(u.kind for u in outside)
+    # the chatty part is written like the answerable questions (a decision cannot tell them apart by length)
+    chatty = [r["question"] for r in rows if r["id"].startswith("un-c-") and r["lang"] == "en"]
+    asked = [q.question for q in load_question_set() if q.lang == "en"]
+    assert len(chatty) >= 60 and abs(statistics.median(map(len, chatty)) / statistics.median(map(len, asked)) - 1) < 0.2
+
+
+def test_refusal_memory_resemblance_and_round_trip(tmp_path: Path) -> None:
+    """Only a cosine over the floor counts; the memory is stored as float16 and read back; a damaged
+    file is an error that says to retrain."""
+    from app.refusal_memory import REFUSAL_FLOOR, RefusalMemory, load_refusal_memory
+
+    remembered = np.eye(4, dtype=np.float32)[:2]
+    memory = RefusalMemory(remembered, "enc", "test")
+    close = np.array([0.9, 0.0, 0.0, np.sqrt(1 - 0.81)], dtype=np.float32)
+    assert memory.resemblance(close) == pytest.approx(0.9 - REFUSAL_FLOOR, abs=1e-6)
+    assert memory.resemblance(np.array([0.0, 0.0, 1.0, 0.0], dtype=np.float32)) == 0.0  # nothing alike: under the floor
+    loaded = load_refusal_memory(memory.save(tmp_path / "r.npz"))
+    assert loaded is not None and loaded.encoder == "enc" and np.allclose(loaded.vectors, remembered, atol=1e-3)
+    assert load_refusal_memory(tmp_path / "missing.npz") is None
+    np.savez(tmp_path / "bad.npz", vectors=np.ones(3), encoder=np.array("x"), trained_on=np.array(""))
+    with pytest.raises(ValueError, match="retrain"):
+        load_refusal_memory(tmp_path / "bad.npz")
 
 
 def test_coverage_signals() -> None:

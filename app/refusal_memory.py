@@ -1,0 +1,75 @@
+"""Questions the docs do not answer, remembered: a signal for the coverage decision.
+
+Users ask again what the docs never hold, in other words: a GPU's price, a release's date, another
+library's flag, an opinion, a config key DeepSpeed never had. The coverage decision (`app/coverage.py`)
+reads, besides what the search found, how closely a new question resembles one of the `tune` half of
+`eval/unanswerable.jsonl`: the best cosine between the encoder's base vectors, less REFUSAL_FLOOR (0
+below it). Only a close resemblance counts: MiniLM's cosine is mostly about the topic (a hostfile
+question sits at 0.55-0.7 from an unanswerable one about hostfiles), so a low floor taught the decision
+to refuse answerable questions on the same topic.
+
+The floor was chosen by 5-fold cross-validation on tune (four fold assignments; 374 answerable, 210
+unanswerable; each fold's memory holds only its training negatives, a negative never sees itself),
+as the highest refusal of unanswerable questions whose false refusal of answerable ones stays at or
+under the decision without the memory (2.34% / 77.5%): floor 0 2.81% / 81.6%; 0.5 2.81% / 81.9%;
+0.6 2.21% / 79.6%; 0.65 2.14% / 78.3%; 0.7 2.34% / 78.3% (floors 0.02 apart were not told apart).
+
+What is stored is ours: the vectors of our own questions, not their text. Written by `dsqa eval
+train-abstention` beside the decision (`app/refusal_memory.npz`), for the encoder whose vectors it holds
+only. Pure numpy at query time (one product with a few hundred vectors).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+REFUSAL_MEMORY_FILE = Path(__file__).resolve().parent / "refusal_memory.npz"
+REFUSAL_FLOOR = 0.6
+
+
+@dataclass(frozen=True)
+class RefusalMemory:
+    vectors: np.ndarray  # (questions, dimension), unit length
+    encoder: str
+    trained_on: str = ""
+
+    @property
+    def dimension(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def cosines(self, vectors: np.ndarray) -> np.ndarray:
+        """Cosine of each given vector (rows) with each remembered question (columns)."""
+        return np.atleast_2d(np.asarray(vectors, dtype=np.float32)) @ self.vectors.T
+
+    def resemblance(self, vector: np.ndarray) -> float:
+        """How far the question's best cosine with a remembered one rises over the floor (0 below it)."""
+        if not len(self.vectors):
+            return 0.0
+        return excess(float(self.cosines(vector).max()))
+
+    def save(self, path: Path) -> Path:
+        """Written beside itself and renamed into place, so a reader never sees half a file."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez_compressed(tmp, vectors=self.vectors.astype(np.float16), encoder=np.array(self.encoder),
+                            trained_on=np.array(self.trained_on))
+        tmp.replace(path)
+        return path
+
+
+def excess(cosine: float) -> float:
+    return max(cosine - REFUSAL_FLOOR, 0.0)
+
+
+def load_refusal_memory(path: Path = REFUSAL_MEMORY_FILE) -> RefusalMemory | None:
+    """The shipped memory, or None without the file."""
+    if not Path(path).is_file():
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        vectors = data["vectors"].astype(np.float32)
+        if vectors.ndim != 2 or not np.isfinite(vectors).all():
+            raise ValueError(f"{path}: the refusal memory is not a finite matrix: retrain the coverage decision")
+        return RefusalMemory(vectors, str(data["encoder"]), str(data["trained_on"]))
