@@ -25,7 +25,7 @@ from app.doctor import diagnose_with
 from app.engine import Engine, load_engine
 from app.errors import DsqaError, IndexNotReady, NotConfigured, to_reply
 from app.input_policy import BodyLimit, parse_json
-from app.mcp_server import mount_mcp
+from app.mcp_mount import mount_mcp
 from app.metrics import mount_metrics, set_index_chunks, set_verify_progress
 from app.planner import PlanRequest, plan
 from app.schemas import AskRequest, AskResponse, DiagnoseRequest
@@ -87,8 +87,10 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             verifier = BackgroundVerify(app.state.engine.index.path, timeout_s=settings.verify_timeout_s)
             verifier.start()
         app.state.verifier = verifier
-        async with app.state.mcp.session_manager.run():  # the streamable HTTP transport at /mcp
+        try:
             yield
+        finally:
+            await app.state.mcp.aclose()  # the MCP transport's session manager, if a request started it
         if verifier is not None:
             verifier.stop()
         ask_threads.shutdown(wait=False, cancel_futures=True)

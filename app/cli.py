@@ -14,12 +14,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is imported a
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from app.answer import UNIT_MODEL_FILE  # noqa: E402
-from app.coverage import ABSTENTION_FILE  # noqa: E402
 from app.errors import DsqaError, InvalidInput, as_text  # noqa: E402
-from app.query_adapter import ADAPTER_FILE  # noqa: E402
-from app.question_memory import MEMORY_FILE  # noqa: E402
-from app.ranking import RANKER_FILE  # noqa: E402
 from app.settings import Settings, SettingsError, settings_from_env  # noqa: E402
 
 if TYPE_CHECKING:
@@ -94,7 +89,7 @@ def index_problem(settings: Settings) -> str | None:
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from app.logs import configure_logging
-    from indexer.store import IndexError_, index_present
+    from indexer.index_folder import index_present  # not indexer.store: a supervisor never loads an index
 
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
@@ -121,6 +116,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from app.api import create_app
     from app.engine import load_engine
     from app.http_protocol import server_config
+    from indexer.store import IndexError_
 
     try:  # a damaged index stops the start with one line; a missing one starts not-ready (503 until built)
         engine = load_engine(settings, strict=True) if index_present(settings.index_dir) else None
@@ -138,7 +134,7 @@ def serve_workers(settings: Settings) -> int:
     import uvicorn
 
     from app.http_protocol import EVENT_LOOP, HeaderDeadlineProtocol
-    from indexer.store import index_present
+    from indexer.index_folder import index_present
 
     env = {"DSQA_INDEX_DIR": str(Path(settings.index_dir).resolve()), "DSQA_HOST": settings.host, "DSQA_PORT": str(settings.port),
            "DSQA_WORKERS": str(settings.workers)}
@@ -264,6 +260,7 @@ def _training_retriever(args: argparse.Namespace, settings: Settings, learned_of
 
 def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
     from app.engine import query_adapter_for, question_memory_for
+    from app.ranking import RANKER_FILE
     from eval.question_set import load_split
     from eval.ranker_training import train_ranker
 
@@ -274,39 +271,43 @@ def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
     memory = question_memory_for(retriever.embedder.name, retriever.index)  # and the memory's `seen` scores
     if memory is not None:
         retriever = retriever.with_options(question_memory=memory)
-    report = train_ranker(retriever, load_split("tune"), args.out)
+    report = train_ranker(retriever, load_split("tune"), args.out or RANKER_FILE)
     _print_json(report)
     return 0
 
 
 def cmd_train_adapter(args: argparse.Namespace, settings: Settings) -> int:
+    from app.query_adapter import ADAPTER_FILE
     from eval.adapter_training import train_adapter
     from eval.question_set import load_split
 
-    _print_json(train_adapter(_training_retriever(args, settings, "learned_ranking"), load_split("tune"), args.out))
+    _print_json(train_adapter(_training_retriever(args, settings, "learned_ranking"), load_split("tune"), args.out or ADAPTER_FILE))
     return 0
 
 
 def cmd_train_memory(args: argparse.Namespace, settings: Settings) -> int:
+    from app.question_memory import MEMORY_FILE
     from eval.memory_training import train_memory
     from eval.question_set import load_split
 
-    _print_json(train_memory(_training_retriever(args, settings, "learned_ranking"), load_split("tune"), args.out))
+    _print_json(train_memory(_training_retriever(args, settings, "learned_ranking"), load_split("tune"), args.out or MEMORY_FILE))
     return 0
 
 
 def cmd_train_abstention(args: argparse.Namespace, settings: Settings) -> int:
+    from app.coverage import ABSTENTION_FILE
     from eval.abstention_training import train_abstention
     from eval.answer_quality import load_unanswerable
     from eval.question_set import load_split, split_of
 
     retriever = _training_retriever(args, settings, "learned_abstention")
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "tune"]
-    _print_json(train_abstention(retriever, load_split("tune"), unanswerable, args.out))
+    _print_json(train_abstention(retriever, load_split("tune"), unanswerable, args.out or ABSTENTION_FILE))
     return 0
 
 
 def cmd_train_answer(args: argparse.Namespace, settings: Settings) -> int:
+    from app.answer import UNIT_MODEL_FILE
     from app.engine import load_engine
     from eval.answer_training import train_answer_units
     from eval.question_set import load_split
@@ -314,7 +315,7 @@ def cmd_train_answer(args: argparse.Namespace, settings: Settings) -> int:
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
     engine = load_engine(settings.model_copy(update={"learned_answer": False}))
-    _print_json(train_answer_units(engine, load_split("tune"), args.out))
+    _print_json(train_answer_units(engine, load_split("tune"), args.out or UNIT_MODEL_FILE))
     return 0
 
 
@@ -566,23 +567,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_eval_retrieval)
     s = ev.add_parser("train-adapter", help="fit the query adapter on the tune split (writes app/query_adapter.npz); then train-ranker")
     s.add_argument("--index", type=Path)
-    s.add_argument("--out", type=Path, default=ADAPTER_FILE)
+    s.add_argument("--out", type=Path, help="default: app/query_adapter.npz")
     s.set_defaults(fn=cmd_train_adapter)
     s = ev.add_parser("train-memory", help="remember the tune questions and their answering chunks (writes app/question_memory.npz); then train-ranker")
     s.add_argument("--index", type=Path)
-    s.add_argument("--out", type=Path, default=MEMORY_FILE)
+    s.add_argument("--out", type=Path, help="default: app/question_memory.npz")
     s.set_defaults(fn=cmd_train_memory)
     s = ev.add_parser("train-ranker", help="fit the learned re-ranking on the tune split (writes app/ranker.json)")
     s.add_argument("--index", type=Path)
-    s.add_argument("--out", type=Path, default=RANKER_FILE)
+    s.add_argument("--out", type=Path, help="default: app/ranker.json")
     s.set_defaults(fn=cmd_train_ranker)
     s = ev.add_parser("train-abstention", help="fit the coverage decision on the tune split (writes app/abstention.json)")
     s.add_argument("--index", type=Path)
-    s.add_argument("--out", type=Path, default=ABSTENTION_FILE)
+    s.add_argument("--out", type=Path, help="default: app/abstention.json")
     s.set_defaults(fn=cmd_train_abstention)
     s = ev.add_parser("train-answer", help="fit the choice of answer units on the tune split (writes app/answer_units.json)")
     s.add_argument("--index", type=Path)
-    s.add_argument("--out", type=Path, default=UNIT_MODEL_FILE)
+    s.add_argument("--out", type=Path, help="default: app/answer_units.json")
     s.set_defaults(fn=cmd_train_answer)
 
     from eval.cli_runner import add_runner_commands  # run-snippet, verify, runner serve, eval answers

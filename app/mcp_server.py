@@ -4,7 +4,7 @@ Tools: `ask`, `search_docs`, `get_config_option`, `validate_config`, `plan_confi
 `get_snippet`. Replies are
 compact Markdown with `[n]` citations and links, cut to a word budget (`Settings.mcp_max_words`).
 Transports: stdio (`dsqa mcp --index DIR`, see `serve_stdio`) and streamable HTTP at `/mcp` in the
-FastAPI app (`mount_mcp`, its session manager run from the app's lifespan).
+FastAPI app (`app/mcp_mount.py` builds it there on the first request to `/mcp`).
 """
 
 # no `from __future__ import annotations`: the SDK reads the tool signatures to build their schemas
@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Annotated, Any
 
-from fastapi import FastAPI
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
@@ -273,15 +272,6 @@ def build_mcp_server(get_engine: EngineGetter, settings: Settings, lifespan: Any
 
 
 # ---- transports --------------------------------------------------------------------------------
-
-def mount_mcp(app: FastAPI, settings: Settings, get_engine: EngineGetter) -> MCPServer:
-    """Streamable HTTP at `/mcp` (stateless: any worker answers any request). The caller runs
-    `server.session_manager.run()` in its lifespan."""
-    server = build_mcp_server(get_engine, settings)
-    http = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, host=settings.host)
-    app.router.routes.extend(http.routes)
-    return server
-
 
 class LazyEngine:
     """Loads the index and model once, on first use (or a warm-up thread), for the stdio server."""

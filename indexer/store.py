@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -23,13 +22,13 @@ import numpy as np
 
 from app.errors import IndexUnusable
 from indexer.documents import Chunk, Snippet
+from indexer.index_folder import MANIFEST, index_present, recover_swap, remove_stale_builds, swap_into_place  # noqa: F401 - re-exported
 from indexer.quiet import captured
 from indexer.snippet_status import LEDGER, read_ledger, write_ledger_rows
 from indexer.text_units import Unit
 from indexer.tokenize import chunk_term_sets, tokenize
 
 FORMAT_VERSION = 2  # 2: BM25 tokens carry the words of abbreviated identifier parts; text unit vectors
-MANIFEST = "manifest.json"
 UNIT_VECTORS = "units.npy"
 UNITS = "units.jsonl"  # one line per chunk: its units as [text, block]
 TERMS = "terms.jsonl"  # one line per chunk: the distinct tokens of its text and of its heading trail
@@ -150,7 +149,7 @@ def write_index(
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
         _carry_ledger(out, tmp, {s.id for s in snippets})
-        _swap_into_place(tmp, out)
+        swap_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -161,57 +160,6 @@ def _carry_ledger(old: Path, new: Path, snippet_ids: set[str]) -> None:
     """Keep the verification runs of snippets that are still in the index (ids are content hashes)."""
     if old.is_dir() and read_ledger(old):
         write_ledger_rows(new, list(read_ledger(old).values()), keep=snippet_ids)
-
-
-def recover_swap(out: Path) -> None:
-    """A build killed between its two renames leaves no index at `out` and the previous one at
-    `.NAME.old-PID`: put that one back (the new one, never swapped in, is dropped by the next build)."""
-    out = Path(out)
-    if out.exists() or not out.parent.is_dir():
-        return
-    olds = sorted(out.parent.glob(f".{out.name}.old-*"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in olds:
-        if (old / MANIFEST).is_file():
-            os.replace(old, out)
-            return
-
-
-def remove_stale_builds(out: Path) -> list[Path]:
-    """Remove `.NAME.building-PID-*` and `.NAME.old-PID` folders whose build process is gone."""
-    removed = []
-    for leftover in [*out.parent.glob(f".{out.name}.building-*"), *out.parent.glob(f".{out.name}.old-*")]:
-        m = re.search(r"\.(?:building|old)-(\d+)", leftover.name)
-        pid = int(m.group(1)) if m else None
-        if pid is not None and pid != os.getpid() and _alive(pid):
-            continue
-        shutil.rmtree(leftover, ignore_errors=True)
-        removed.append(leftover)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _swap_into_place(tmp: Path, out: Path) -> None:
-    old: Path | None = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    try:
-        os.replace(tmp, out)
-    except OSError:
-        if old is not None:
-            os.replace(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -225,13 +173,6 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise IndexError_(f"index at {path} has format {manifest.get('format_version')}, expected {FORMAT_VERSION}: rebuild it")
     return manifest
-
-
-def index_present(path: Path) -> bool:
-    """Whether an index (whole or damaged) is at `path`, after putting back one a killed build left
-    aside; False means not built yet."""
-    recover_swap(Path(path))
-    return (Path(path) / MANIFEST).is_file()
 
 
 def check_index(path: Path) -> dict[str, Any]:
