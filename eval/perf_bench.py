@@ -235,7 +235,7 @@ def http_rows(opts: BenchOptions, questions: list[str]) -> dict[str, Any]:
         tag = "1_worker" if workers == 1 else f"{workers}_workers"
         try:
             url = f"http://127.0.0.1:{opts.port}/ask"
-            if workers == 1:
+            if "ask_1_client_ms" not in rows:  # on the first server started (one worker unless --workers says otherwise)
                 rows["ask_1_client_ms"] = one_client(url, questions, 1 if opts.quick else 3)
             for n in CLIENT_LEVELS:
                 rows[f"ask_{n}_clients_{tag}"] = many_clients(url, questions, n, opts.seconds)

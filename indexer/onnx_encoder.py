@@ -89,9 +89,6 @@ class OnnxEmbedder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        # no memory arena: it kept ~21 MB a process for buffers of the largest batch seen, and a query
-        # was no slower without it (measured on 2 cores)
-        options.enable_cpu_mem_arena = False
         self.model_file = model_file
         self.session = onnxruntime.InferenceSession(str(folder / model_file), options, providers=["CPUExecutionProvider"])
 
