@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.stored_arrays import save_npz
+
 ADAPTER_FILE = Path(__file__).resolve().parent / "query_adapter.npz"
 UNIT_ADAPTER_FILE = Path(__file__).resolve().parent / "unit_adapter.npz"
 
@@ -46,12 +48,8 @@ class QueryAdapter:
 
     def save(self, path: Path) -> Path:
         """Written beside itself and renamed into place, so a reader never sees half a file."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(tmp, delta=self.delta.astype(np.float16), encoder=np.array(self.encoder),
-                            trained_on=np.array(self.trained_on))
-        tmp.replace(path)
-        return path
+        return save_npz(path, delta=self.delta.astype(np.float16), encoder=np.array(self.encoder),
+                        trained_on=np.array(self.trained_on))
 
 
 def load_query_adapter(path: Path = ADAPTER_FILE) -> QueryAdapter | None:

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.stored_arrays import save_npz
+
 MEMORY_FILE = Path(__file__).resolve().parent / "question_memory.npz"
 _ALNUM = re.compile(r"[^\W_]+")
 SEEN_FLOOR = 0.65  # a cosine with a remembered question at or below this is no resemblance
@@ -80,10 +82,8 @@ class QuestionMemory:
 
     def save(self, path: Path) -> Path:
         """Written beside itself and renamed into place, so a reader never sees half a file."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(
-            tmp,
+        return save_npz(
+            path,
             vectors=self.vectors.astype(np.float16),
             answers=np.array([" ".join(a) for a in self.answers]),
             unit_answers=np.array([" ".join(u) for u in self.units] if self.units else [""] * len(self.answers)),
@@ -92,8 +92,6 @@ class QuestionMemory:
             encoder=np.array(self.encoder),
             trained_on=np.array(self.trained_on),
         )
-        tmp.replace(path)
-        return path
 
 
 class ChunkMemory:

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.stored_arrays import save_npz
+
 REFUSAL_MEMORY_FILE = Path(__file__).resolve().parent / "refusal_memory.npz"
 REFUSAL_FLOOR = 0.6
 
@@ -52,12 +54,8 @@ class RefusalMemory:
 
     def save(self, path: Path) -> Path:
         """Written beside itself and renamed into place, so a reader never sees half a file."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(tmp, vectors=self.vectors.astype(np.float16), encoder=np.array(self.encoder),
-                            trained_on=np.array(self.trained_on))
-        tmp.replace(path)
-        return path
+        return save_npz(path, vectors=self.vectors.astype(np.float16), encoder=np.array(self.encoder),
+                        trained_on=np.array(self.trained_on))
 
 
 def excess(cosine: float) -> float:
