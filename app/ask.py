@@ -89,7 +89,7 @@ def version_notes(stale: dict[str, Snippet], hits: list[Hit], answer: str, quest
 
 def terms_line(glossary: Glossary, question: str, limit: int = 4) -> str:
     """For a Chinese question: the glossary terms it used and the English the docs use for them."""
-    matched = [zh for zh in glossary.matches(question) if zh not in QUESTION_WORDS_ZH]
+    matched = [zh for zh in dict.fromkeys(glossary.matches(question)) if zh not in QUESTION_WORDS_ZH]  # a term asked twice is named once
     technical = [zh for zh in matched if len(zh) >= 3 or "_" in glossary.terms[zh]]  # not 参数, 版本, 打印...
     pairs = [f"{zh} → {glossary.terms[zh]}" for zh in (technical or matched[:2])[:limit]]
     return f"术语：{'；'.join(pairs)}\n" if pairs else ""

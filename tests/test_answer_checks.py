@@ -251,6 +251,7 @@ def test_chinese_answers_name_the_terms_they_matched() -> None:
     assert "显存" not in line  # everyday two-character words give way to the technical terms
     assert terms_line(g, "显存不够怎么办？") == "术语：显存 → gpu memory\n"  # unless there are none
     assert terms_line(g, "没有术语") == ""
+    assert terms_line(g, "梯度累积要不要配合梯度累积步数一起改？").count("梯度累积 →") == 1  # asked twice, named once
     asked = Glossary({"意思": "meaning", "作用": "purpose what does it do", "显存": "gpu memory"})
     assert terms_line(asked, "overlap_comm 是什么意思？") == ""  # words that only shape the ask are not terms
     assert terms_line(asked, "显存参数的作用") == "术语：显存 → gpu memory\n"
