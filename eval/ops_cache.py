@@ -23,17 +23,13 @@ CPU_ENGINE_OPS = ("deepspeed_shm_comm", "cpu_adam", "fused_adam")  # what deepsp
 BUILD_TIMEOUT_S = 900.0  # async_io alone takes ~320 s on two cores
 BUILD_MEMORY_MB = 8192
 
-# the trusted build: every op builder of this accelerator whose name was asked for, loaded (JIT-compiled);
-# the first argument is the niceness to compile at (0: as the caller; 19: only on a core left idle)
+# the trusted build: every op builder of this accelerator whose name was asked for, loaded (JIT-compiled)
 _BUILD = r"""
-import os
 import sys
 import deepspeed.ops.op_builder as builders
 from deepspeed.accelerator import get_accelerator
 
-if int(sys.argv[1]) > 0:
-    os.nice(int(sys.argv[1]))
-wanted = set(sys.argv[2:])
+wanted = set(sys.argv[1:])
 for attr in sorted(dir(builders)):
     if not attr.endswith("Builder") or attr == "OpBuilder":
         continue
@@ -57,7 +53,6 @@ class OpsCache:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._tried: set[str] = set()
-        self._building: set[str] = set()  # being compiled now (a caller that needs one waits for it)
         self._lock = threading.Lock()
 
     def has(self, name: str) -> bool:
@@ -69,58 +64,17 @@ class OpsCache:
         """Names a run wrote that the cache holds no library for and that no build has tried yet."""
         return sorted({n for n in names if not n.startswith(".") and not self.has(n) and n not in self._tried})
 
-    def build(self, names: Iterable[str], env: Mapping[str, str], *, isolate: bool = True, nice: int = 0) -> list[str]:
+    def build(self, names: Iterable[str], env: Mapping[str, str], *, isolate: bool = True) -> list[str]:
         """Compile the named ops into the cache with the trusted program; the names built. A name no
-        builder of this accelerator has (anything a snippet made up) builds nothing. Another build of
-        this cache (a run's, or the background one) is waited for, then only what is still missing is built."""
-        names = list(names)
-        if not self.missing(names) and not self._building.intersection(names):
-            return []  # nothing to build or wait for: do not queue behind a build of other ops
+        builder of this accelerator has (anything a snippet made up) builds nothing."""
         with self._lock:  # one build at a time: concurrent runs may ask for the same op
             todo = self.missing(names)
             if not todo:
                 return []
-            self._building.update(todo)  # before _tried: a caller that sees a name tried sees it building
             self._tried.update(todo)
-            try:
-                result = run_sandboxed([sys.executable, "-c", _BUILD, str(nice), *todo], timeout_s=BUILD_TIMEOUT_S,
-                                       memory_mb=BUILD_MEMORY_MB, env=env, keep_rw=str(self.directory), isolate=isolate)
-            finally:
-                self._building.difference_update(todo)
+            result = run_sandboxed([sys.executable, "-c", _BUILD, *todo], timeout_s=BUILD_TIMEOUT_S,
+                                   memory_mb=BUILD_MEMORY_MB, env=env, keep_rw=str(self.directory), isolate=isolate)
             built = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("built ")]
             if result.returncode != 0:
                 log.warning("ops build of %s failed: %s", ", ".join(todo), result.stderr[-300:])
             return built
-
-
-_CACHES: dict[Path, OpsCache] = {}
-_CACHES_LOCK = threading.Lock()
-
-
-def ops_cache(directory: str) -> OpsCache:
-    """The one OpsCache of a directory in this process: every runner over it shares its build lock, so
-    an op is never compiled twice at once into the same folder."""
-    key = Path(directory).resolve()
-    with _CACHES_LOCK:
-        if key not in _CACHES:
-            _CACHES[key] = OpsCache(str(key))
-        return _CACHES[key]
-
-
-def build_in_background(cache: OpsCache, groups: Iterable[Iterable[str]], env: Mapping[str, str]) -> threading.Thread:
-    """Compile each group of ops in turn, at the lowest priority, in a thread: the test session starts it
-    when it collects tests that run DeepSpeed (`tests/conftest.py`), so the ~7 minutes of compiling
-    (async_io alone ~5) run on a core the other tests leave idle. A run that needs an op being compiled
-    waits for the build lock; one that needs only built ops does not."""
-    todo = [list(g) for g in groups]
-
-    def work() -> None:
-        for names in todo:
-            try:
-                cache.build(names, env, nice=19)
-            except Exception:  # noqa: BLE001 - a run that needs the op builds it again and reports why
-                log.exception("background build of %s failed", ", ".join(names))
-
-    thread = threading.Thread(target=work, name="ops-build", daemon=True)
-    thread.start()
-    return thread

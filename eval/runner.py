@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eval.failure_blame import blame_failure
-from eval.ops_cache import CPU_ENGINE_OPS, ops_cache
+from eval.ops_cache import CPU_ENGINE_OPS, OpsCache
 from eval.programs import RUNNABLE_KINDS, prepare
 from eval.requirements import Capabilities, cpu_adaptable, detect_capabilities, detect_requirements, unmet
 from eval.sandbox import PIDS_MAX, free_port, run_sandboxed, scrub_env
@@ -156,7 +156,7 @@ class LocalRunner:
 
     def __init__(self, *, extensions_dir: str | None = None, capabilities: Capabilities | None = None, isolate: bool = True) -> None:
         self.extensions_dir = extensions_dir or default_extensions_dir()
-        self.ops = ops_cache(self.extensions_dir)  # snippets see it copy-on-write; only its build step writes it
+        self.ops = OpsCache(self.extensions_dir)  # snippets see it copy-on-write; only its build step writes it
         self._caps = capabilities
         self.isolate = isolate
 

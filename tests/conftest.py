@@ -26,45 +26,14 @@ def _cuda_available() -> bool:
         return False
 
 
-# the test files whose runs load compiled DeepSpeed ops (the CPU engine's, and async_io for NVMe offload)
-_OPS_TESTS = ("test_background_verify.py", "test_planner.py", "test_runner_deepspeed.py", "test_snippet_runs.py")
-_OPS_BUILD: list[threading.Thread] = []
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `gpu` are skipped, and reported as skipped, where no CUDA GPU is present. When slow
-    tests that run DeepSpeed are selected and the ops cache lacks their ops, they start compiling now, in
-    the background at the lowest priority (the first of those tests would otherwise wait ~7 minutes)."""
-    if any("slow" in item.keywords and item.path.name in _OPS_TESTS for item in items):
-        _start_ops_build()
+    """Tests marked `gpu` are skipped, and reported as skipped, where no CUDA GPU is present."""
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run eval/gpu_check.sh on a GPU host)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-def _start_ops_build() -> None:
-    from eval.ops_cache import CPU_ENGINE_OPS, build_in_background, ops_cache
-    from eval.requirements import detect_capabilities
-    from eval.runner import default_extensions_dir
-    from eval.sandbox import scrub_env
-
-    caps = detect_capabilities()
-    if caps.cuda:
-        return
-    directory = default_extensions_dir()
-    cache = ops_cache(directory)
-    groups = [CPU_ENGINE_OPS, ("async_io",)] if caps.aio else [CPU_ENGINE_OPS]
-    if any(cache.missing(g) for g in groups):
-        env = scrub_env(os.environ, {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": directory})
-        _OPS_BUILD.append(build_in_background(cache, groups, env))
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    for thread in _OPS_BUILD:  # a session shorter than the build: its compiler is not left running alone
-        thread.join()
 
 
 def _real_docs() -> Path | None:

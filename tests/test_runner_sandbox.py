@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 import uuid
 from pathlib import Path
 
@@ -204,32 +203,3 @@ def test_a_native_crash_is_run_again_once_and_a_repeated_one_stays_a_crash(runne
     assert any("first run ended by SIGSEGV" in a and "run again" in a for a in r.adaptations)
     ok = runner.run(RunRequest(kind="python", code="print('fine')\n", timeout_s=60))
     assert ok.status == "passed" and not any("run again" in a for a in ok.adaptations)
-
-
-def test_the_background_ops_build_is_waited_for_and_never_doubled(tmp_path: Path) -> None:
-    """One OpsCache per folder in a process; a caller needing an op the background build is compiling
-    waits for it (the lock), then finds nothing left to build; one needing only what is already built
-    returns at once, even while another op compiles."""
-    from eval.ops_cache import build_in_background, ops_cache
-    from eval.sandbox import scrub_env
-
-    folder = tmp_path / "ops"
-    cache = ops_cache(str(folder))
-    assert ops_cache(str(folder / ".." / "ops")) is cache
-    (folder / "cpu_adam").mkdir(parents=True)
-    (folder / "cpu_adam" / "cpu_adam.so").write_text("built earlier")
-    env = scrub_env(os.environ, {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(folder)})
-    cache._lock.acquire()  # a build in progress (held here so the test controls how long)
-    cache._building.add("made_up_op")
-    quick: list[list[str]] = []
-    caller = threading.Thread(target=lambda: quick.append(cache.build(["cpu_adam"], env)))
-    caller.start()
-    caller.join(timeout=10)
-    cache._building.clear()
-    cache._lock.release()
-    assert quick == [[]]  # already built: returned at once, not queued behind the other build
-    thread = build_in_background(cache, [("made_up_op",)], env)
-    assert cache.build(["made_up_op"], env) == []  # waited for (or found tried): never compiled twice
-    thread.join(timeout=120)
-    assert not thread.is_alive() and "made_up_op" in cache._tried and not cache._building
-    assert not (folder / "made_up_op").exists()  # no builder has that name: nothing built
