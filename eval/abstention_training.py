@@ -20,6 +20,7 @@ from app.coverage import ABSTENTION_FILE, COVERAGE_FEATURES
 from app.linear_model import LinearModel
 from app.refusal_memory import REFUSAL_MEMORY_FILE, RefusalMemory, excess
 from app.retriever import COVERAGE_DEPTH, HybridRetriever
+from eval.adapter_training import base_vectors
 from eval.answer_quality import Unanswerable
 from eval.metrics import Question
 from eval.question_set import split_of
@@ -44,15 +45,6 @@ def coverage_rows(retriever: HybridRetriever, questions: list[str], own: list[Hy
         top = plain.select(ids, plain.score(ids, q), COVERAGE_DEPTH)
         rows.append(plain.coverage_row(q, ids, top))
     return np.vstack(rows)
-
-
-def base_vectors(retriever: HybridRetriever, questions: list[str]) -> np.ndarray:
-    """The encoder's vectors of the searched texts, before any query adapter (what the memories hold)."""
-    base = retriever.with_options(query_adapter=None)
-    rows = [base.signals(text)[1].query_vector for text in questions]
-    if any(v is None for v in rows):
-        raise ValueError("the retriever gave no query vector")
-    return np.vstack([v for v in rows if v is not None]).astype(np.float32)
 
 
 def train_abstention(retriever: HybridRetriever, answerable: list[Question], unanswerable: list[Unanswerable],

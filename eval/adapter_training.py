@@ -43,12 +43,13 @@ def positives(retriever: HybridRetriever, questions: list[Question]) -> list[lis
     return out
 
 
-def base_vectors(retriever: HybridRetriever, questions: list[Question]) -> np.ndarray:
-    """The encoder's vectors of the searched texts (the base vectors the adapter moves)."""
+def base_vectors(retriever: HybridRetriever, questions: list[str]) -> np.ndarray:
+    """The encoder's vectors of the searched texts (the base vectors the adapter moves and the
+    question and refusal memories hold)."""
     base = retriever.with_options(query_adapter=None)
     rows = []
-    for q in questions:
-        vector = base.signals(q.question)[1].query_vector
+    for text in questions:
+        vector = base.signals(text)[1].query_vector
         if vector is None:
             raise ValueError("the retriever gave no query vector")
         rows.append(vector)
@@ -133,7 +134,7 @@ def fold_fits(retriever: HybridRetriever, tune: list[Question], extra: list[Ques
 
 def _fold_fits(retriever: HybridRetriever, tune: list[Question], extra: list[Question]) -> FoldFits:
     both = tune + extra
-    vectors, pos = base_vectors(retriever, both), positives(retriever, both)
+    vectors, pos = base_vectors(retriever, [q.question for q in both]), positives(retriever, both)
     folds = np.array([hash_fold(q.id, FOLDS) for q in tune] + [-1] * len(extra))
     deltas = {}
     for f in range(FOLDS):

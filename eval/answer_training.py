@@ -37,7 +37,7 @@ from app.query_adapter import UNIT_ADAPTER_FILE, QueryAdapter
 from app.retriever import HybridRetriever
 from eval.metrics import Question, normalise
 from eval.question_set import hash_fold, split_of
-from eval.unit_adapter_training import UNIT_LAMBDA, UNIT_TEMPERATURE, adapted, fit_unit_delta
+from eval.unit_adapter_training import UNIT_LAMBDA, UNIT_TEMPERATURE, fit_unit_delta
 
 C_GRID = (0.01, 0.1, 1.0)
 FOLDS = 5
@@ -58,7 +58,7 @@ class QuestionUnits:
 
     def adapted(self, delta: np.ndarray) -> QuestionUnits:
         """The same candidates with their features read through a unit adapter `delta`."""
-        sims = self.unit_vectors @ adapted(self.query_vector, delta)
+        sims = self.unit_vectors @ QueryAdapter(delta, "").apply(self.query_vector)
         return replace(self, rows=unit_features(self.ask, self.cands, sims, self.seen))
 
 

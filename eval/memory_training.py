@@ -27,7 +27,7 @@ def build_memory(retriever: HybridRetriever, tune: list[Question], extra: list[Q
     extra = load_training_questions(retriever.index.chunks) if extra is None else extra
     both = tune + extra
     keys = [chunk_key(c.text) for c in retriever.index.chunks]
-    vectors = base_vectors(retriever, both)
+    vectors = base_vectors(retriever, [q.question for q in both])
     answers = tuple(tuple(sorted({keys[i] for i in p})) for p in positives(retriever, both))
     return QuestionMemory(vectors, answers, tuple(q.id for q in both), tuple(q.origin for q in both),
                           retriever.embedder.name, f"tune split, {len(tune)} questions, {len(extra)} training-only",

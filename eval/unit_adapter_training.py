@@ -25,12 +25,6 @@ UNIT_TEMPERATURE = 0.05
 MAX_ITERATIONS = 200
 
 
-def adapted(query_vector: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """The unit-length `q + q @ delta` (what `QueryAdapter.apply` computes at query time)."""
-    moved = query_vector + query_vector @ delta
-    return (moved / max(float(np.linalg.norm(moved)), 1e-12)).astype(np.float32)
-
-
 def fit_unit_delta(query_vectors: Sequence[np.ndarray], unit_vectors: Sequence[np.ndarray], labels: Sequence[np.ndarray], *,
                    lam: float = UNIT_LAMBDA, temperature: float = UNIT_TEMPERATURE) -> np.ndarray:
     """`query_vectors[i]`: the searched (unit-length) vector of question i; `unit_vectors[i]`: its candidate

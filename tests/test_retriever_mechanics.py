@@ -272,7 +272,8 @@ def test_unit_adapter_fit_moves_questions_toward_their_answering_units() -> None
     per question, of different counts), its answering unit offset by the same shift as the wording of
     every question; after fitting on some questions, the answering unit of the others ranks first more
     often than before, and a question without an answering unit teaches nothing."""
-    from eval.unit_adapter_training import adapted, fit_unit_delta
+    from app.query_adapter import QueryAdapter
+    from eval.unit_adapter_training import fit_unit_delta
 
     rng = np.random.default_rng(2)
     dim = 16
@@ -292,7 +293,7 @@ def test_unit_adapter_fit_moves_questions_toward_their_answering_units() -> None
         fit_unit_delta(queries[:50], units[:50], none)
 
     def first(move: bool) -> int:
-        return sum(int(np.argmax(u @ (adapted(q, delta) if move else q)) == int(np.argmax(y)))
+        return sum(int(np.argmax(u @ (QueryAdapter(delta, "x").apply(q) if move else q)) == int(np.argmax(y)))
                    for q, u, y in zip(queries[50:], units[50:], labels[50:], strict=True))
 
     before, after = first(False), first(True)
