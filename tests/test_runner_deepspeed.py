@@ -35,6 +35,11 @@ MISSPELT = json.dumps({
     "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
     "zero_optimization": {"stage": 1, "reduce_bucket_sise": 500000},
 })
+ZENFLOW_OVERLAP = json.dumps({  # ZenFlow's overlapped step starts its optimizer in a spawned process
+    "train_micro_batch_size_per_gpu": 2,
+    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                          "zenflow": {"topk_ratio": 0.05, "update_interval": 4, "full_warm_up_rounds": 0, "overlap_step": True}},
+})
 FLOPS_CONFIG = json.dumps({
     "train_micro_batch_size_per_gpu": 4,
     "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
@@ -70,6 +75,14 @@ def test_misspelt_key_fails_naming_it(runner: LocalRunner) -> None:
     r = runner.run(RunRequest(kind="ds_config", code=MISSPELT, timeout_s=600))
     assert r.status == "failed"
     assert "reduce_bucket_sise" in r.reason and "reduce_bucket_size" in r.reason
+
+
+def test_a_config_whose_optimizer_spawns_a_process_runs(runner: LocalRunner) -> None:
+    """The spawned child re-imports the driver: without its __main__ guard the child ran
+    deepspeed.initialize again (EADDRINUSE) and the parent waited out the whole timeout."""
+    r = runner.run(RunRequest(kind="ds_config", code=ZENFLOW_OVERLAP, timeout_s=120))
+    assert r.status == "passed", (r.reason, r.stderr[-2000:])
+    assert json.loads(r.stdout.split("DSQA_RESULT ", 1)[1].splitlines()[0])["optimizer_steps"] >= 1
 
 
 def test_flops_profiler_snippets_pass(runner: LocalRunner) -> None:
