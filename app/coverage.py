@@ -47,6 +47,7 @@ COVERAGE_FEATURES: tuple[str, ...] = (
     "first_release",  # asks which release first had a feature (`app.query.asks_first_release`)
     "unknown_setting",  # writes out a config key ("name": ...) or flag (--name) that nothing indexed names
     "refused_best",  # how close it comes to a remembered question the docs do not answer (`app/refusal_memory.py`)
+    "plan_or_figure",  # asks for a plan, an expected figure or others' experience (`app.query.asks_plan_or_figure`)
 )
 
 
@@ -82,6 +83,7 @@ def coverage_features(q: QuerySignals, candidate_cos: np.ndarray, top: list[int]
         float(q.first_release),
         float(bool(q.unknown_settings)),
         np.nan if q.refused_best is None else q.refused_best,
+        float(q.plan_or_figure),
     ], dtype=np.float64)
 
 

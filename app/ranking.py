@@ -85,6 +85,7 @@ class QuerySignals:
     ask_identifiers: frozenset[str] = frozenset()  # the identifiers of the ask alone
     unknown_identifiers: frozenset[str] = frozenset()  # the question's identifiers no chunk or heading names
     unknowable: bool = False  # asks for a date, price, opinion or measured number (`app.query.asks_unknowable`)
+    plan_or_figure: bool = False  # asks for a plan, an expected figure or others' experience (`app.query.asks_plan_or_figure`)
     first_release: bool = False  # asks which release first had a feature (`app.query.asks_first_release`)
     unknown_settings: tuple[str, ...] = ()  # config keys or CLI flags written out that no chunk or heading names (`app.query.settings_named`)
     unseen_terms: int = 0  # how many of the ask's terms no chunk's text or heading holds

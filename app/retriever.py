@@ -24,7 +24,14 @@ from app.coverage import coverage_features
 from app.fusion import near_duplicate, rrf_fusion, shingles, weighted_fusion
 from app.glossary import Glossary, has_cjk
 from app.linear_model import LinearModel
-from app.query import asks_first_release, asks_unknowable, identifiers, settings_named, split_question
+from app.query import (
+    asks_first_release,
+    asks_plan_or_figure,
+    asks_unknowable,
+    identifiers,
+    settings_named,
+    split_question,
+)
 from app.query_adapter import QueryAdapter
 from app.question_memory import ChunkMemory
 from app.ranking import ChunkTerms, FeatureTable, QuerySignals, candidate_features, chunk_terms
@@ -188,6 +195,7 @@ class HybridRetriever:
             ask_identifiers=named if ask == query else frozenset(identifiers(ask)),
             unknown_identifiers=frozenset(t for t in named if not self.feature_table.knows(t)),
             unknowable=asks_unknowable(question),
+            plan_or_figure=asks_plan_or_figure(question),
             first_release=asks_first_release(question),
             unknown_settings=tuple(dict.fromkeys(n for n in settings_named(question) if not self.knows_setting(n))),
             unseen_terms=sum(1 for t in ask_terms if not self.feature_table.knows(t)),

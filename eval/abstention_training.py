@@ -26,11 +26,11 @@ from eval.metrics import Question
 from eval.question_set import split_of
 
 # the quantile of the answerable tune questions' scores the threshold sits at: the split-conformal
-# quantile. Chosen by cross-validation on tune (5- and 10-fold, four fold assignments each; 374
-# answerable, 157 unanswerable): held-out answerable refused / unanswerable refused at 1.5% 1.9% / 53.9%,
-# at 2% 2.5% / 60.2%, at 2.5% 3.1% / 66.8%, at 3% 3.8% / 71.6%: 2% is the largest under issue 10's 3%
-# with a margin (on the 245-question tune of the stop before, 1.5% gave 2.9%)
-CONFORMAL_ALPHA = 0.02
+# quantile, the largest whose cross-validated false refusals stay under issue 10's 3% with a margin (5-fold
+# on tune, four fold assignments each; 374 answerable, 210 unanswerable). With `plan_or_figure`: held-out
+# answerable refused / unanswerable refused at 1.5% 2.3% / 88.5%, at 1.8% 2.9% / 89.5%, at 2% 3.3% / 91.0%
+# (C 0.3: 1.9% / 87.4%, 2.6% / 89.2%, 2.9% / 90.7%). Before it, 2% gave 2.6% / 80.2%
+CONFORMAL_ALPHA = 0.015
 
 
 def coverage_rows(retriever: HybridRetriever, questions: list[str], own: list[HybridRetriever] | None = None) -> np.ndarray:

@@ -158,30 +158,29 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 def test_answers_on_held_out_questions(engine) -> None:
     """Measured at landing (served int8 query encoder), on sets no choice was made on. The test split, 326
-    answerable and 223 unanswerable questions (162 terse ones and 61 of the chatty ones, `un-c-*`, added
-    this stop): the answer text holds a gold phrase for 69.9% (zh 65.0%; 68.7% and 67.0% the stop before);
-    no cited segment is cut (0 of 1548), median 117 words; 71.7% of the unanswerable ones refused (the
-    decision of the stop before: 69.8% of the terse ones, 72.1% of the chatty ones) and 1.8% (6) of the
-    answerable ones (the same). The outside sets (`eval/heldout/`, 80 answerable, 80 unanswerable, never
-    trained or tuned on): 67.5% hold a gold phrase (68.8%), 75.0% refused (73.8%), 2.5% (2) of the
-    answerable refused (the same). This stop's gains: the unit adapter (`eval/unit_adapter_training.py`,
-    tune CV 0.730 -> 0.749) and the refusal memory (`app/refusal_memory.py`, tune CV refused 77.5% ->
-    79.6% at 2.3% -> 2.2% false). The threshold sits at the 2% conformal quantile of tune's answerable
-    scores, chosen on tune's cross-validation. Issue 10's targets (75% evidence, 90% refused at <= 3%
-    false) are not reached."""
+    answerable and 223 unanswerable questions (162 terse, 61 chatty `un-c-*`): the answer text holds a gold
+    phrase for 69.6% (zh 65.0%; 69.9% the stop before); no cited segment is cut (0 of 1535), median 117
+    words; 77.6% of the unanswerable ones refused (71.7% the stop before) and 2.8% (9) of the answerable ones
+    (1.8%, 6). The outside sets (`eval/heldout/`, 80 answerable, 80 unanswerable, never trained or tuned on):
+    67.5% hold a gold phrase (the same), 83.8% refused (75.0%), 2.5% (2) of the answerable refused (the
+    same). This stop's gain: the coverage feature `plan_or_figure` (`app.query.asks_plan_or_figure`: a plan
+    or timeline, an expected figure, others' experience), tune CV refused 80.2% -> 88.5% with the threshold
+    at the 1.5% conformal quantile (2.3% false; the largest quantile under 3% with a margin, chosen on tune's
+    cross-validation; at 2% it is 3.3%). Issue 10's targets (75% evidence, 90% refused at <= 3% false) are
+    not reached."""
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
     assert report["evidence_in_answer"] >= 0.67
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
-    assert report["abstention"] >= 0.70
+    assert report["abstention"] >= 0.75
     assert report["false_abstention"] <= 0.035
     outside = answer_report(engine, load_questions(OUTSIDE_QUESTIONS), load_unanswerable(UNANSWERABLE_OUTSIDE))
     print(outside)
     assert outside["answerable"] == 80 and outside["unanswerable"] == 80
     assert outside["evidence_in_answer"] >= 0.65 and outside["cut_segments"] == 0
-    assert outside["abstention"] >= 0.70 and outside["false_abstention"] <= 0.05
+    assert outside["abstention"] >= 0.80 and outside["false_abstention"] <= 0.05
 
 
 def test_asking_what_a_key_does_is_never_refused(engine) -> None:

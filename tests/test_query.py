@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.query import asks_first_release, asks_only_what_key_is
+from app.query import asks_first_release, asks_only_what_key_is, asks_plan_or_figure
 
 KEY = ["zero_optimization.overlap_comm"]
 
@@ -51,6 +51,25 @@ def test_no_key_named_is_never_defining() -> None:
 ])
 def test_asks_first_release(question: str, asks: bool) -> None:
     assert asks_first_release(question) is asks
+
+
+@pytest.mark.parametrize(("question", "asks"), [
+    ("Is there any plan to support NVMe offload for the pipeline engine, and a rough timeframe?", True),
+    ("What throughput should we expect for Llama-2-13B on 16 A100s with ZeRO-3?", True),
+    ("How long does step 3 of DeepSpeed-Chat take for a 13B actor on one node?", True),
+    ("Any published figure for Ulysses on MI250X?", True),
+    ("In your experience, is ZeRO++ worth enabling on 4 nodes?", True),
+    ("昇腾上的 DeepNVMe 有排期吗？", True),
+    ("单卡 3090 用 ZeRO-Offload 训 1.3B 模型，每秒应该能跑多少 token？", True),
+    ("大家实际用下来，ZeRO-3 和 FSDP 哪个坑更少？", True),
+    ("Turning on offload roughly doubles my step time: which knob overlaps the copies?", False),
+    ("What is the recommended way to save a ZeRO-3 checkpoint?", False),
+    ("How many GPUs do I need for a 30B model with ZeRO-3 and CPU offload?", False),
+    ("Where does the autotuner keep each experiment's config and measured throughput?", False),
+    ("梯度累积是按 forward 次数算的，什么时候调用 step？", False),
+])
+def test_asks_plan_or_figure(question: str, asks: bool) -> None:
+    assert asks_plan_or_figure(question) is asks
 
 
 def test_settings_named_reads_config_keys_and_flags() -> None:
