@@ -226,7 +226,7 @@ def unknown_line(names: tuple[str, ...], limit: int = 3) -> str:
     shown = ", ".join(f"`{n}`" for n in names[:limit])
     verb = "appears" if len(names) == 1 else "appear"
     return (f"{shown} {verb} nowhere in the DeepSpeed docs, config catalogue or notes indexed here "
-            f"(deepspeed's own config and launcher do not seem to have {'it' if len(names) == 1 else 'them'}).\n\n")
+            f"(deepspeed's own config, launcher and API do not seem to have {'it' if len(names) == 1 else 'them'}).\n\n")
 
 
 def key_line(keys: list[str], docs: dict[str, str], limit: int = 2) -> str:

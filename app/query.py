@@ -147,14 +147,16 @@ def split_question(question: str) -> QuestionParts:
     return QuestionParts(ask=ask, context=context)
 
 
-_SETTING = re.compile(r'"([A-Za-z_][\w-]*)"\s*:|(?<![\w-])--([A-Za-z][\w-]*)')
+_SETTING = re.compile(r'"([A-Za-z_][\w-]*)"\s*:|(?<![\w-])--([A-Za-z][\w-]*)|[(,]\s*([A-Za-z_]\w*)\s*=(?!=)')
 
 
 def settings_named(text: str) -> list[str]:
-    """The settings a text writes out in config or command-line form: JSON keys (`"overlap_comm": true`)
-    and flags (`--num_gpus`), lowercased; only compound names (with `_` or `-`): a one-word flag
-    such as `--include` is a common word too."""
-    names = [a or b for a, b in _SETTING.findall(text)]
+    """The settings a text writes out in config, command-line or call form: JSON keys (`"overlap_comm":
+    true`), flags (`--num_gpus`) and keyword arguments (`init_inference(model, tp_size=2)`), lowercased;
+    only compound names (with `_` or `-`): a one-word flag such as `--include` is a common word too.
+    (Keyword arguments joined at this stop: 4 more of tune's 210 unanswerable questions write out one
+    that nothing indexed names, none of its 374 answerable ones.)"""
+    names = [a or b or c for a, b, c in _SETTING.findall(text)]
     return [n.lower() for n in names if "_" in n or "-" in n]
 
 

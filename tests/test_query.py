@@ -80,3 +80,6 @@ def test_settings_named_reads_config_keys_and_flags() -> None:
     # compound names only: "stage" and --include are ordinary words as well
     assert settings_named(question) == ["stage3_prefetch_strategy", "num_gpus", "gpu-type"]
     assert settings_named("how do I pick the number of GPUs?") == []
+    # keyword arguments of a call: compound names only, never a comparison
+    assert settings_named("deepspeed.init_inference(model, tp_size=2, dtype=torch.half, draft_model = d)") == ["tp_size", "draft_model"]
+    assert settings_named("if (a, b_c == 3) or x_y=1") == []
