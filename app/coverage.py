@@ -45,7 +45,7 @@ COVERAGE_FEATURES: tuple[str, ...] = (
     "any_unseen",  # product the docs never name), and whether there is any
     "seen_best",  # the best cosine with a remembered question (`ChunkMemory.best`; missing without a memory)
     "first_release",  # asks which release first had a feature (`app.query.asks_first_release`)
-    "unknown_setting",  # writes out a config key ("name": ...) or flag (--name) that nothing indexed names
+    "unknown_setting",  # writes out a config key ("name": ...), flag (--name) or keyword argument (f(a_b=1)) that nothing indexed names
     "refused_best",  # how close it comes to a remembered question the docs do not answer (`app/refusal_memory.py`)
     "plan_or_figure",  # asks for a plan, an expected figure or others' experience (`app.query.asks_plan_or_figure`)
 )

@@ -87,7 +87,7 @@ class QuerySignals:
     unknowable: bool = False  # asks for a date, price, opinion or measured number (`app.query.asks_unknowable`)
     plan_or_figure: bool = False  # asks for a plan, an expected figure or others' experience (`app.query.asks_plan_or_figure`)
     first_release: bool = False  # asks which release first had a feature (`app.query.asks_first_release`)
-    unknown_settings: tuple[str, ...] = ()  # config keys or CLI flags written out that no chunk or heading names (`app.query.settings_named`)
+    unknown_settings: tuple[str, ...] = ()  # config keys, CLI flags or keyword arguments written out that no chunk or heading names (`app.query.settings_named`)
     unseen_terms: int = 0  # how many of the ask's terms no chunk's text or heading holds
     unit_cos: np.ndarray | None = None  # per chunk of `pool`, the best cosine over its text units (None: the chunk's cosine)
     seen: np.ndarray | None = None  # per chunk, `ChunkMemory.seen` of the question (None: no memory)

@@ -58,7 +58,7 @@ class SearchResult:
     relevance: float  # best cosine among the hits: how well the docs cover the question
     covered: bool | None = None  # the retriever's own coverage decision; None: the caller judges `relevance`
     query_vector: np.ndarray | None = None  # the encoder's vector of the question
-    unknown_settings: tuple[str, ...] = ()  # config keys or flags the question writes out that nothing indexed names
+    unknown_settings: tuple[str, ...] = ()  # config keys, flags or keyword arguments the question writes out that nothing indexed names
     seen_units: Mapping[str, float] = field(default_factory=dict)  # `ChunkMemory.seen_units` of the question ({}: no memory)
 
 
