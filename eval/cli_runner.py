@@ -78,6 +78,33 @@ def cmd_verify(args: argparse.Namespace, settings: Any) -> int:
     return 0
 
 
+def cmd_build_ops(args: argparse.Namespace, settings: Any) -> int:
+    """Compile the ops the runs of this machine load into the ops cache ahead of the first run (the
+    trusted build step; a fresh cache otherwise makes the first snippets wait minutes for it)."""
+    from eval.ops_cache import CPU_ENGINE_OPS
+    from eval.requirements import detect_capabilities
+    from eval.runner import LocalRunner
+    from eval.sandbox import scrub_env
+
+    runner = LocalRunner()
+    caps = detect_capabilities()
+    if caps.cuda:
+        print("dsqa: build-ops compiles the CPU ops; on a GPU runner the ops build on first use", file=sys.stderr)
+        return 2
+    wanted = list(args.ops.split(",") if args.ops else CPU_ENGINE_OPS + (("async_io",) if caps.aio else ()))
+    env = scrub_env(os.environ, {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": runner.extensions_dir})
+    have = [n for n in wanted if runner.ops.has(n)]
+    built: list[str] = []
+    for name in wanted:  # one at a time, so the ops the first runs need land first
+        if name not in have:
+            print(f"building {name} into {runner.extensions_dir} ...", file=sys.stderr, flush=True)
+            built += runner.ops.build((name,), env)
+    failed = [n for n in wanted if n not in have and n not in built]
+    print(f"ops cache {runner.extensions_dir}: already there {have or 'none'}; built {built or 'none'}"
+          + (f"; could not build {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
 def cmd_runner_serve(args: argparse.Namespace, settings: Any) -> int:
     import uvicorn
 
@@ -154,6 +181,9 @@ def add_runner_commands(sub: Any, ev: Any) -> None:
     s.add_argument("--max-timeout", type=float, default=600.0, help="cap on a request's timeout_s")
     s.add_argument("--max-memory-mb", type=int, default=16_384, help="cap on a request's memory_mb")
     s.set_defaults(fn=cmd_runner_serve)
+    s = runner.add_parser("build-ops", help="compile the CPU ops (shm, cpu_adam, fused_adam, async_io with libaio) into the ops cache now")
+    s.add_argument("--ops", help="comma-separated op names (default: what a CPU run loads, and async_io where libaio is installed)")
+    s.set_defaults(fn=cmd_build_ops)
 
     s = ev.add_parser("answers", help="ask a running service, score retrieval, run the returned snippets, write a report")
     s.add_argument("--questions", type=Path, required=True)

@@ -222,3 +222,15 @@ def test_every_untagged_notes_snippet_passes(runner: LocalRunner) -> None:
     results = runner.run_many(requests, concurrency=int(os.environ.get("DSQA_TEST_RUN_CONCURRENCY", "2")))
     bad = [f"{s.path} [{s.kind} {s.id}]: {r.status}: {r.reason}" for s, r in zip(snippets, results, strict=True) if r.status != "passed"]
     assert not bad, "notes snippets that do not pass on CPU:\n" + "\n".join(bad)
+
+
+def test_build_ops_names_an_op_it_cannot_build(tmp_path: Path) -> None:
+    """`dsqa runner build-ops` with a name no op builder has: that name is said, exit 1, no traceback."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "runner", "build-ops", "--ops", "not_an_op"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "could not build ['not_an_op']" in done.stdout, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
