@@ -82,17 +82,15 @@ def cmd_build_ops(args: argparse.Namespace, settings: Any) -> int:
     """Compile the ops the runs of this machine load into the ops cache ahead of the first run (the
     trusted build step; a fresh cache otherwise makes the first snippets wait minutes for it)."""
     from eval.ops_cache import CPU_ENGINE_OPS
-    from eval.requirements import detect_capabilities
     from eval.runner import LocalRunner
-    from eval.sandbox import scrub_env
 
     runner = LocalRunner()
-    caps = detect_capabilities()
+    caps = runner.capabilities
     if caps.cuda:
         print("dsqa: build-ops compiles the CPU ops; on a GPU runner the ops build on first use", file=sys.stderr)
         return 2
     wanted = list(args.ops.split(",") if args.ops else CPU_ENGINE_OPS + (("async_io",) if caps.aio else ()))
-    env = scrub_env(os.environ, {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": runner.extensions_dir})
+    env = runner.build_env("cpu")
     have = [n for n in wanted if runner.ops.has(n)]
     built: list[str] = []
     for name in wanted:  # one at a time, so the ops the first runs need land first

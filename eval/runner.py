@@ -166,6 +166,10 @@ class LocalRunner:
             self._caps = detect_capabilities()
         return self._caps
 
+    def build_env(self, accelerator: str) -> dict[str, str]:
+        """The environment of the ops cache's trusted build step: scrubbed, this accelerator, this cache."""
+        return scrub_env(os.environ, {"DS_ACCELERATOR": accelerator, "TORCH_EXTENSIONS_DIR": self.extensions_dir})
+
     def run(self, request: RunRequest, *, gpu_ids: Sequence[int] | None = None) -> RunResult:
         caps = self.capabilities
         if gpu_ids is not None and caps.cuda:
@@ -197,7 +201,7 @@ class LocalRunner:
                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
         if gpu_ids is not None:
             extra["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
-        build_env = scrub_env(os.environ, {k: extra[k] for k in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")})
+        build_env = self.build_env(extra["DS_ACCELERATOR"])
         if not caps.cuda and request.kind in ("ds_config", "launcher") and self.isolate:
             # the ops every CPU engine loads, built once by the trusted step before any snippet needs them
             # (else the first run compiles them in its own copy and the build step compiles them again)

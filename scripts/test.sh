@@ -11,9 +11,9 @@ command -v docker-compose >/dev/null || (apt-get update && apt-get install -y do
 [ -e /usr/include/libaio.h ] || (apt-get update && apt-get install -y libaio-dev)
 export DS_ACCELERATOR=cpu HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export DSQA_TEST_DOCS=${DSQA_TEST_DOCS:-$(cd .. && pwd)/shared/deepspeed-docs}
-# the ops the runs load (shm, cpu_adam, fused_adam, async_io: ~7 min on two cores, most of it async_io) compile
-# once into var/cache/torch_extensions, started now beside lint and the first tests on the other core; a test
-# that needs an op before it is there waits on torch's build lock for it
+# the ops the runs load (shm, cpu_adam, fused_adam, async_io: ~8 min on two cores, most of it async_io) compile
+# once into var/cache/torch_extensions, started now beside lint and the tests (it shares the cores with them);
+# a test that needs an op before it is there waits on torch's build lock for it
 mkdir -p var/log
 setsid .venv/bin/dsqa runner build-ops > var/log/build-ops.log 2>&1 &
 ops_pid=$!

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -224,11 +226,8 @@ def test_every_untagged_notes_snippet_passes(runner: LocalRunner) -> None:
     assert not bad, "notes snippets that do not pass on CPU:\n" + "\n".join(bad)
 
 
-def test_build_ops_names_an_op_it_cannot_build(tmp_path: Path) -> None:
+def test_build_ops_names_an_op_it_cannot_build() -> None:
     """`dsqa runner build-ops` with a name no op builder has: that name is said, exit 1, no traceback."""
-    import subprocess
-    import sys
-
     env = {**os.environ, "DS_ACCELERATOR": "cpu"}
     done = subprocess.run([sys.executable, "-m", "app.cli", "runner", "build-ops", "--ops", "not_an_op"],
                           env=env, capture_output=True, text=True, timeout=300)
