@@ -16,12 +16,13 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.slow
 
 
-def test_up_without_docs_still_serves_and_says_what_is_missing(tmp_path: Path) -> None:
+def test_up_without_docs_still_serves_and_says_what_is_missing(tmp_path: Path, index_cache: Path) -> None:
+    # the suite's vector cache: the package and notes chunks the real index embedded are not embedded again
     port = free_port()
     env = {
         **os.environ,
         "DSQA_INDEX_DIR": str(tmp_path / "index"),
-        "DSQA_CACHE_DIR": str(tmp_path / "cache"),
+        "DSQA_CACHE_DIR": str(index_cache),
         "DSQA_DOCS_URL_TEMPLATE": "http://127.0.0.1:9/{ref}.tar.gz",  # nothing listens there
         "DSQA_FETCH_RETRIES": "1",
         "DSQA_FETCH_TIMEOUT_S": "2",
