@@ -116,13 +116,17 @@ def test_real_error_logs_are_labelled_against_the_installed_source() -> None:
 
 
 def test_doctor_on_real_error_logs(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Measured at landing on the test half of 64 real error logs (nothing was chosen on it): the first
-    cause names the thread's cause in 67.7% (tune: 100%) since five sections name what their tune misses
-    showed users call the cause (the DPO reference model under ZeRO stage 2, SIGKILL for host memory, PyTorch
-    2.0 dropping torch._six, a multi-node hostfile); 58.1% (tune 78.8%) before, with 168 known-cause sections and with 118 (the 50 added last
+    """Measured at landing on the test half of 101 real error logs (nothing was chosen on it): the first cause
+    names the thread's cause in 53.8% of 52 (tune: 95.9% of 49). The 37 logs added last (err-101..) were
+    scored before anything was written for them: 35.1% (tune half 37.5%, test half 33.3%); then eight
+    sections for their tune half's causes (Accelerate's "auto", ninja, numactl, a new DeepSpeed on an old
+    torch, get_last_lr under fp16 overflow, ...) moved none of the test half. On the first 64 logs' test half:
+    67.7% (tune: 100%) since five sections name what their tune misses showed users call the cause (the DPO
+    reference model under ZeRO stage 2, SIGKILL for host memory, PyTorch 2.0 dropping torch._six, a multi-node
+    hostfile); 58.1% (tune 78.8%) before, with 168 known-cause sections and with 118 (the 50 added last
     moved no test log; 54.8% with 76, 51.6% with 54, 48.4% with 38, 41.9% with 21; the 134 added since were
     mined from other users' threads, never from this set or its threads; the catalogue alone: 16.1%),
-    the raising line is among the first three in 94.1% (16 of 17) of the logs deepspeed raises (82.4% before
+    the raising line is among the first three in 88.0% (22 of 25) of the test logs deepspeed raises (first 64: 94.1%, 16 of 17; 82.4% before
     the catalogue read a message assigned to a local name first, `msg = f"..."; raise X(msg)`; tune: 82.6%
     -> 91.3%; raise/assert alone: 76.5%)."""
     from app.doctor import diagnose_with
@@ -137,5 +141,5 @@ def test_doctor_on_real_error_logs(tmp_path_factory: pytest.TempPathFactory) -> 
     by_url = {e.url(deepspeed_version()): e for e in entries}
     report = score_doctor(load_error_logs(), lambda log: diagnose_with(folder, None, log, NOTES_DIR), by_url)
     print(report["tune"], report["test"])
-    assert report["test"]["cause_at_1"] >= 0.64 and report["test"]["source_in_3"] >= 0.88
+    assert report["test"]["cause_at_1"] >= 0.5 and report["test"]["source_in_3"] >= 0.85
     assert report["tune"]["cause_at_1"] >= 0.9
