@@ -10,7 +10,7 @@ it asks for a date, price, opinion or measured number or for the release that fi
 (`--name`) that nothing indexed names (a key DeepSpeed never had), how far BM25's
 and the dense model's top ten agree, how close the question comes to one already answered (the
 best cosine with a question of the memory, `app/question_memory.py`), and how close to one the docs do not
-answer (`app/refusal_memory.py`). A logistic model over them, trained on the `tune` split of our
+answer and how much it leans toward such questions (`app/refusal_memory.py`). A logistic model over them, trained on the `tune` split of our
 answerable questions against the tune half of `eval/unanswerable.jsonl`, with its threshold set so
 that about 3% of answerable questions it never saw are refused (`dsqa eval train-abstention`).
 """
@@ -48,6 +48,7 @@ COVERAGE_FEATURES: tuple[str, ...] = (
     "unknown_setting",  # writes out a config key ("name": ...), flag (--name) or keyword argument (f(a_b=1)) that nothing indexed names
     "refused_best",  # how close it comes to a remembered question the docs do not answer (`app/refusal_memory.py`)
     "plan_or_figure",  # asks for a plan, an expected figure or others' experience (`app.query.asks_plan_or_figure`)
+    "refused_leaning",  # how much the question leans toward the kinds the docs do not answer (`RefusalMemory.leaning`)
 )
 
 
@@ -84,6 +85,7 @@ def coverage_features(q: QuerySignals, candidate_cos: np.ndarray, top: list[int]
         float(bool(q.unknown_settings)),
         np.nan if q.refused_best is None else q.refused_best,
         float(q.plan_or_figure),
+        np.nan if q.refused_leaning is None else q.refused_leaning,
     ], dtype=np.float64)
 
 

@@ -14,6 +14,12 @@ as the highest refusal of unanswerable questions whose false refusal of answerab
 under the decision without the memory (2.34% / 77.5%): floor 0 2.81% / 81.6%; 0.5 2.81% / 81.9%;
 0.6 2.21% / 79.6%; 0.65 2.14% / 78.3%; 0.7 2.34% / 78.3% (floors 0.02 apart were not told apart).
 
+Beside the nearest-question resemblance, the memory holds a linear reading of the question vector
+(`leaning`): a logistic regression over the base vectors of the tune answerable questions against the
+tune unanswerable ones, whose logit says how much a question leans toward the kinds the docs never
+answer (an opinion, an expected figure, another library's flag) even when no remembered question is
+close. The resemblance catches a rephrasing of one remembered question; the leaning, what many share.
+
 What is stored is ours: the vectors of our own questions, not their text. Written by `dsqa eval
 train-abstention` beside the decision (`app/refusal_memory.npz`), for the encoder whose vectors it holds
 only. Pure numpy at query time (one product with a few hundred vectors).
@@ -37,6 +43,7 @@ class RefusalMemory:
     vectors: np.ndarray  # (questions, dimension), unit length
     encoder: str
     trained_on: str = ""
+    probe: np.ndarray | None = None  # (dimension + 1,): weights then bias of the leaning toward unanswerable
 
     @property
     def dimension(self) -> int:
@@ -52,10 +59,18 @@ class RefusalMemory:
             return 0.0
         return excess(float(self.cosines(vector).max()))
 
+    def leaning(self, vector: np.ndarray) -> float | None:
+        """The probe's logit for the question's base vector: above 0 it leans toward unanswerable (None
+        without a probe)."""
+        if self.probe is None:
+            return None
+        return float(np.asarray(vector, dtype=np.float32) @ self.probe[:-1] + self.probe[-1])
+
     def save(self, path: Path) -> Path:
         """Written beside itself and renamed into place, so a reader never sees half a file."""
+        probe = {} if self.probe is None else {"probe": self.probe.astype(np.float32)}
         return save_npz(path, vectors=self.vectors.astype(np.float16), encoder=np.array(self.encoder),
-                        trained_on=np.array(self.trained_on))
+                        trained_on=np.array(self.trained_on), **probe)
 
 
 def excess(cosine: float) -> float:
@@ -70,4 +85,7 @@ def load_refusal_memory(path: Path = REFUSAL_MEMORY_FILE) -> RefusalMemory | Non
         vectors = data["vectors"].astype(np.float32)
         if vectors.ndim != 2 or not np.isfinite(vectors).all():
             raise ValueError(f"{path}: the refusal memory is not a finite matrix: retrain the coverage decision")
-        return RefusalMemory(vectors, str(data["encoder"]), str(data["trained_on"]))
+        probe = data["probe"].astype(np.float64) if "probe" in data.files else None
+        if probe is not None and (probe.shape != (vectors.shape[1] + 1,) or not np.isfinite(probe).all()):
+            raise ValueError(f"{path}: the refusal memory's leaning probe does not fit its vectors: retrain the coverage decision")
+        return RefusalMemory(vectors, str(data["encoder"]), str(data["trained_on"]), probe)

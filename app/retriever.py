@@ -181,7 +181,9 @@ class HybridRetriever:
             resemblance = memory.cosines(vector)
             seen, seen_best, seen_units = memory.seen(resemblance), memory.best(resemblance), memory.seen_units(resemblance)
         refusals = self.options.refusal_memory
-        refused_best = refusals.resemblance(vector) if refusals is not None and refusals.dimension == len(vector) else None
+        fits = refusals is not None and refusals.dimension == len(vector)
+        refused_best = refusals.resemblance(vector) if refusals is not None and fits else None
+        refused_leaning = refusals.leaning(vector) if refusals is not None and fits else None
         cos = self.matrix @ searched if len(self.matrix) else np.zeros(0, dtype=np.float32)
         signals = QuerySignals(
             bm25=bm25,
@@ -203,6 +205,7 @@ class HybridRetriever:
             seen_best=seen_best,
             seen_units=seen_units,
             refused_best=refused_best,
+            refused_leaning=refused_leaning,
             pool=(pool := self.pool(bm25, cos, bm25_ask)),
             unit_cos=self.unit_cosines(searched, cos, pool) if self.options.sentence_cosine else None,
         )

@@ -63,8 +63,9 @@ def test_unanswerable_set_make_up() -> None:
 
 
 def test_refusal_memory_resemblance_and_round_trip(tmp_path: Path) -> None:
-    """Only a cosine over the floor counts; the memory is stored as float16 and read back; a damaged
-    file is an error that says to retrain."""
+    """Only a cosine over the floor counts; the leaning is the probe's logit; the memory is stored (vectors
+    as float16) and read back; a damaged file or a probe that does not fit the vectors is an error that
+    says to retrain."""
     from app.refusal_memory import REFUSAL_FLOOR, RefusalMemory, load_refusal_memory
 
     remembered = np.eye(4, dtype=np.float32)[:2]
@@ -74,10 +75,18 @@ def test_refusal_memory_resemblance_and_round_trip(tmp_path: Path) -> None:
     assert memory.resemblance(np.array([0.0, 0.0, 1.0, 0.0], dtype=np.float32)) == 0.0  # nothing alike: under the floor
     loaded = load_refusal_memory(memory.save(tmp_path / "r.npz"))
     assert loaded is not None and loaded.encoder == "enc" and np.allclose(loaded.vectors, remembered, atol=1e-3)
+    assert loaded.probe is None and loaded.leaning(close) is None  # a memory trained before the probe
+    probed = RefusalMemory(remembered, "enc", "test", probe=np.array([2.0, 0.0, 0.0, -1.0, 0.5]))
+    assert probed.leaning(close) == pytest.approx(2.0 * 0.9 - np.sqrt(1 - 0.81) + 0.5, abs=1e-6)
+    back = load_refusal_memory(probed.save(tmp_path / "p.npz"))
+    assert back is not None and back.leaning(close) == pytest.approx(probed.leaning(close), abs=1e-5)
     assert load_refusal_memory(tmp_path / "missing.npz") is None
     np.savez(tmp_path / "bad.npz", vectors=np.ones(3), encoder=np.array("x"), trained_on=np.array(""))
     with pytest.raises(ValueError, match="retrain"):
         load_refusal_memory(tmp_path / "bad.npz")
+    np.savez(tmp_path / "short.npz", vectors=remembered, encoder=np.array("x"), trained_on=np.array(""), probe=np.ones(3))
+    with pytest.raises(ValueError, match="retrain"):
+        load_refusal_memory(tmp_path / "short.npz")
 
 
 def test_coverage_signals() -> None:
