@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -10,6 +12,8 @@ import pytest
 
 from eval.runner import LocalRunner, RunRequest
 from eval.sandbox import namespaces_available
+
+REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="the sandbox uses POSIX rlimits and Linux namespaces")
 
@@ -203,3 +207,16 @@ def test_a_native_crash_is_run_again_once_and_a_repeated_one_stays_a_crash(runne
     assert any("first run ended by SIGSEGV" in a and "run again" in a for a in r.adaptations)
     ok = runner.run(RunRequest(kind="python", code="print('fine')\n", timeout_s=60))
     assert ok.status == "passed" and not any("run again" in a for a in ok.adaptations)
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no scheduler autogroups here")
+def test_a_niced_callers_runs_stay_niced_in_their_new_session() -> None:
+    """A run starts a new session, so a new autogroup; it gets the caller's niceness (nice alone would count
+    only inside the group, and a niced background verify or op build would take a full share of the CPU)."""
+    probe = ("import subprocess; from eval.sandbox import _limits; "
+             "print(subprocess.run(['cat', '/proc/self/autogroup'], preexec_fn=lambda: _limits(None, None), "
+             "capture_output=True, text=True).stdout)")
+    niced = subprocess.run(["nice", "-n", "7", sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert niced.stdout.strip().endswith("nice 7"), niced.stdout + niced.stderr
+    plain = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert plain.stdout.strip().endswith("nice 0"), plain.stdout + plain.stderr
