@@ -64,13 +64,18 @@ class RefusalMemory:
         without a probe)."""
         if self.probe is None:
             return None
-        return float(np.asarray(vector, dtype=np.float32) @ self.probe[:-1] + self.probe[-1])
+        return float(probe_logit(self.probe, np.asarray(vector, dtype=np.float32)))
 
     def save(self, path: Path) -> Path:
         """Written beside itself and renamed into place, so a reader never sees half a file."""
         probe = {} if self.probe is None else {"probe": self.probe.astype(np.float32)}
         return save_npz(path, vectors=self.vectors.astype(np.float16), encoder=np.array(self.encoder),
                         trained_on=np.array(self.trained_on), **probe)
+
+
+def probe_logit(probe: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """The leaning probe's logit of each vector (or of one): `probe` holds the weights, then the bias."""
+    return vectors @ probe[:-1] + probe[-1]
 
 
 def excess(cosine: float) -> float:

@@ -181,9 +181,10 @@ class HybridRetriever:
             resemblance = memory.cosines(vector)
             seen, seen_best, seen_units = memory.seen(resemblance), memory.best(resemblance), memory.seen_units(resemblance)
         refusals = self.options.refusal_memory
-        fits = refusals is not None and refusals.dimension == len(vector)
-        refused_best = refusals.resemblance(vector) if refusals is not None and fits else None
-        refused_leaning = refusals.leaning(vector) if refusals is not None and fits else None
+        refused_best: float | None = None
+        refused_leaning: float | None = None
+        if refusals is not None and refusals.dimension == len(vector):
+            refused_best, refused_leaning = refusals.resemblance(vector), refusals.leaning(vector)
         cos = self.matrix @ searched if len(self.matrix) else np.zeros(0, dtype=np.float32)
         signals = QuerySignals(
             bm25=bm25,

@@ -20,7 +20,7 @@ import numpy as np
 
 from app.coverage import ABSTENTION_FILE, COVERAGE_FEATURES
 from app.linear_model import LinearModel
-from app.refusal_memory import REFUSAL_MEMORY_FILE, RefusalMemory, excess
+from app.refusal_memory import REFUSAL_MEMORY_FILE, RefusalMemory, excess, probe_logit
 from app.retriever import COVERAGE_DEPTH, HybridRetriever
 from eval.adapter_training import base_vectors
 from eval.answer_quality import Unanswerable
@@ -56,8 +56,7 @@ def crossfit_leaning(vectors: np.ndarray, unanswerable: np.ndarray, ids: list[st
     for f in range(PROBE_FOLDS):
         held = folds == f
         if held.any():
-            probe = fit_probe(vectors[~held], unanswerable[~held])
-            out[held] = vectors[held] @ probe[:-1] + probe[-1]
+            out[held] = probe_logit(fit_probe(vectors[~held], unanswerable[~held]), vectors[held])
     return out
 
 
