@@ -4,22 +4,27 @@ Snippet code sees the cache through a copy-on-write overlay (`eval/sandbox.py`):
 there, and an op it compiles lands in its own sandbox and is gone after the run, so no snippet can
 plant a library that a later run would load. When a run had to compile an op the cache lacks, the
 runner asks this module to build that op here, from the installed deepspeed's own sources (a fixed
-program; the snippet's code plays no part), so later runs find it.
+program; the snippet's code plays no part), so later runs find it. The build compiles through
+`eval/op_compiler.py`, which parses torch's headers once for async_io's many files.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import sys
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from eval import op_compiler
 from eval.sandbox import run_sandboxed
 
 log = logging.getLogger(__name__)
 
 CPU_ENGINE_OPS = ("deepspeed_shm_comm", "cpu_adam", "fused_adam")  # what deepspeed.initialize loads on a CPU
+PCH_OPS = ("async_io",)  # the ops whose many torch-including files gain from a PCH (`eval/op_compiler.py`)
 BUILD_TIMEOUT_S = 900.0  # async_io alone takes ~320 s on two cores
 BUILD_MEMORY_MB = 8192
 
@@ -64,6 +69,18 @@ class OpsCache:
         """Names a run wrote that the cache holds no library for and that no build has tried yet."""
         return sorted({n for n in names if not n.startswith(".") and not self.has(n) and n not in self._tried})
 
+    def compiler_env(self, work: Path, env: Mapping[str, str]) -> dict[str, str]:
+        """What makes torch's JIT build compile through the precompiled-header front (`eval/op_compiler.py`):
+        the front first on PATH as `c++`, passing on to the `c++` the build would have used. Nothing
+        when CXX names a compiler of its own or there is no `c++`."""
+        path = env.get("PATH") or os.defpath
+        real = shutil.which(op_compiler.FRONT_NAME, path=path)
+        if env.get("CXX") or real is None:
+            return {}
+        front = op_compiler.install(work / "bin", sys.executable)
+        return {"PATH": f"{front.parent}{os.pathsep}{path}", op_compiler.REAL_CXX_ENV: real,
+                op_compiler.PCH_DIR_ENV: str(work / "pch"), op_compiler.PCH_OPS_ENV: ",".join(PCH_OPS)}
+
     def build(self, names: Iterable[str], env: Mapping[str, str], *, isolate: bool = True) -> list[str]:
         """Compile the named ops into the cache with the trusted program; the names built. A name no
         builder of this accelerator has (anything a snippet made up) builds nothing."""
@@ -72,8 +89,12 @@ class OpsCache:
             if not todo:
                 return []
             self._tried.update(todo)
-            result = run_sandboxed([sys.executable, "-c", _BUILD, *todo], timeout_s=BUILD_TIMEOUT_S,
-                                   memory_mb=BUILD_MEMORY_MB, env=env, keep_rw=str(self.directory), isolate=isolate)
+            work = self.directory / f".build-{os.getpid()}-{threading.get_ident()}"
+            try:
+                result = run_sandboxed([sys.executable, "-c", _BUILD, *todo], timeout_s=BUILD_TIMEOUT_S, memory_mb=BUILD_MEMORY_MB,
+                                       env={**env, **self.compiler_env(work, env)}, keep_rw=str(self.directory), isolate=isolate)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)  # the PCHs (~0.8 GB each) serve one build only
             built = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("built ")]
             if result.returncode != 0:
                 log.warning("ops build of %s failed: %s", ", ".join(todo), result.stderr[-300:])
