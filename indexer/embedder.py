@@ -185,7 +185,7 @@ class VectorCache:
         parts.append(np.stack([np.asarray(v, dtype=np.float32) for v in self._added.values()]))
         matrix = np.concatenate(parts) if len(parts) > 1 else parts[0]
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp.npz")
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp.npz")  # two writers never share a half-written file
         np.savez(tmp, **{self.KEYS: np.array(keys), self.MATRIX: matrix})  # type: ignore[arg-type]
         os.replace(tmp, self.path)
         self._rows, self._matrix, self._added = {k: i for i, k in enumerate(keys)}, matrix, {}

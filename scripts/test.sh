@@ -30,6 +30,7 @@ if [ -e /usr/include/libaio.h ]; then
   aio_pid=$!
   trap 'kill -- -$aio_pid 2>/dev/null || true' EXIT
 fi
-# two workers (pytest-xdist) on two cores; the modules of the real docs index share one worker, which builds it once
-.venv/bin/python -m pytest -n "${DSQA_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# two workers (pytest-xdist, a module at a time) on two cores; the first to need the real docs index builds it
+# once for both (tests/conftest.py)
+.venv/bin/python -m pytest -n "${DSQA_TEST_WORKERS:-2}" --dist loadfile "$@"
 tail -n 1 var/log/build-ops.log

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import threading
@@ -128,23 +129,39 @@ def embedder():  # the real model, loaded once
     return SentenceTransformerEmbedder()
 
 
+def _run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every test worker of this run shares (pytest-xdist gives each worker its own temp
+    folder inside it); without workers, the run's own temp folder."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def index_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The vector cache the real index is built with (DSQA_TEST_CACHE keeps one between sessions)."""
-    return Path(os.environ.get("DSQA_TEST_CACHE", str(tmp_path_factory.mktemp("cache"))))
+    """The vector cache the real index is built with, one for all workers (DSQA_TEST_CACHE keeps one
+    between sessions)."""
+    return Path(os.environ.get("DSQA_TEST_CACHE", str(_run_folder(tmp_path_factory) / "vector-cache")))
 
 
 @pytest.fixture(scope="session")
 def real_index(real_docs: Path, index_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The index of the real docs + package + notes with the real model, built once a session the way
+    """The index of the real docs + package + notes with the real model, built once a run the way
     `dsqa index` builds it: bf16 matrix products where the CPU has them natively (2x faster here; the
-    fp32 `embedder` stays the query side's reference)."""
+    fp32 `embedder` stays the query side's reference). The first worker to need it builds it under a
+    lock; the others wait for it (their core goes to the build) and read the same folder."""
     from corpus import NOTES_DIR
     from indexer.build import build_index
     from indexer.embedder import SentenceTransformerEmbedder
 
-    out = tmp_path_factory.mktemp("index") / "index"
-    build_index(out, SentenceTransformerEmbedder(bf16=None), docs_dir=real_docs, notes_dir=NOTES_DIR, cache_dir=index_cache, progress=False)
+    shared = _run_folder(tmp_path_factory)
+    out = shared / "real-index"
+    with open(shared / "real-index.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "manifest.json").is_file():
+            building = shared / f"real-index.building-{os.getpid()}"
+            build_index(building, SentenceTransformerEmbedder(bf16=None), docs_dir=real_docs, notes_dir=NOTES_DIR,
+                        cache_dir=index_cache, progress=False)
+            building.rename(out)
     return out
 
 

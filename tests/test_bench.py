@@ -14,7 +14,7 @@ from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_index")]  # one test worker builds the real index once for all of these
+pytestmark = pytest.mark.slow
 
 
 def test_quick_bench_measures_every_row(real_index: Path, real_docs: Path, index_cache: Path) -> None:

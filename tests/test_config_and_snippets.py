@@ -7,14 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer.config_check import validate_config
 from indexer.snippet_check import check_ds_config, check_hostfile, check_launcher, check_python
-
-pytestmark = pytest.mark.xdist_group("real_index")  # one test worker builds the real index once for all of these
 
 SEED = {
     "train_batch_size": 16,

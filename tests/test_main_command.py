@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_index")]  # one test worker builds the real index once for all of these
+pytestmark = pytest.mark.slow
 
 
 def test_up_without_docs_still_serves_and_says_what_is_missing(tmp_path: Path, index_cache: Path) -> None:

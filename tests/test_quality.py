@@ -33,7 +33,7 @@ from eval.retrieval_eval import format_table, peers, question_sets, score_sets
 from indexer.identifiers import ABBREVIATIONS
 from indexer.tokenize import tokenize
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_index")]  # one test worker builds the real index once for all of these
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from app.settings import Settings
 from eval.metrics import load_questions
 from indexer.onnx_encoder import ENCODER_DIR, INT8_FILE, OnnxEmbedder, has_encoder
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_index")]  # one test worker builds the real index once for all of these
+pytestmark = pytest.mark.slow
 
 
 def test_onnx_encoder_gives_the_same_top_10_as_torch(real_index: Path, embedder, dev_questions: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import ServerThread
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_index")]  # one test worker builds the real index once for all of these
+pytestmark = pytest.mark.slow
 
 
 def test_ask_cites_real_docs_with_snippets(real_server: ServerThread) -> None:

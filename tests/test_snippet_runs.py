@@ -17,7 +17,7 @@ from eval.verify import page_imports
 from indexer.snippet_status import CHECKED, run_outcome
 from indexer.store import load_index
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_index")]  # one test worker builds the real index once for all of these
+pytestmark = pytest.mark.slow
 
 
 def test_no_checked_docs_snippet_fails_when_run(real_index: Path) -> None:
