@@ -36,6 +36,7 @@ SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx")
 TORCH_HEADER_ROOTS = ("torch/", "ATen/", "c10/")
 _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 _DROPPED_WITH_VALUE = ("-o", "-MF", "-MT", "-MQ")
+_NAME_FLAG = "-DTORCH_EXTENSION_NAME="  # the op's name, a macro torch's headers never read
 
 
 def includes_torch(source: Path, include_dirs: list[Path], *, limit: int = 400) -> bool:
@@ -95,13 +96,13 @@ def compile_parts(args: list[str]) -> tuple[list[str], Path, list[Path]] | None:
 
 def pch_flags(flags: list[str]) -> list[str]:
     """The flags a PCH is built and used with: the compile's own, without debug information."""
-    return [f for f in flags if not (f == "-g" or re.fullmatch(r"-g[0-3]?|-ggdb[0-3]?", f))]
+    return [f for f in flags if not re.fullmatch(r"-g[0-3]?|-ggdb[0-3]?", f)]
 
 
 def pch_key(flags: list[str]) -> str:
     """One PCH per set of flags that can change what torch's headers compile to: -I folders and the
     extension's name (a macro torch's headers never read) do not count."""
-    relevant = [f for f in flags if not f.startswith(("-I", "-DTORCH_EXTENSION_NAME="))]
+    relevant = [f for f in pch_build_flags(flags) if not f.startswith("-I")]
     return hashlib.sha256("\0".join(relevant).encode()).hexdigest()[:16]
 
 
@@ -109,7 +110,7 @@ def pch_build_flags(flags: list[str]) -> list[str]:
     """The flags the PCH itself is built with: the key's, without the extension's name. GCC uses a PCH
     only where every macro defined when it was built is defined the same way, and accepts macros
     defined after it: a PCH built without the name serves every op of the key."""
-    return [f for f in flags if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    return [f for f in flags if not f.startswith(_NAME_FLAG)]
 
 
 def ensure_pch(real: str, flags: list[str], root: Path) -> Path | None:
@@ -141,7 +142,7 @@ def with_pch(args: list[str], header: Path) -> list[str]:
 
 
 def extension_name(flags: list[str]) -> str:
-    return next((f.split("=", 1)[1] for f in flags if f.startswith("-DTORCH_EXTENSION_NAME=")), "")
+    return next((f.removeprefix(_NAME_FLAG) for f in flags if f.startswith(_NAME_FLAG)), "")
 
 
 def main(argv: list[str] | None = None) -> int:
