@@ -61,6 +61,10 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     out = args.out or settings.index_dir
     docs_dir, ref = resolve_docs_dir(settings, args.docs, try_fetch=False)
     embedder = SentenceTransformerEmbedder(settings.embedding_model, bf16=None if settings.build_bf16 == "auto" else False)
+    if args.quiet:  # nor the model loader's bar for its weights
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
     report = build_index(
         out, embedder, docs_dir=docs_dir, notes_dir=settings.notes_dir, cache_dir=settings.cache_dir,
         docs_ref=ref or None, progress=not args.quiet, batch_size=settings.embed_batch_size,
@@ -597,7 +601,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    level = logging.INFO if args.verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # also for a library that sets its own logger to DEBUG (bm25s)
+        handler.setLevel(level)
     try:
         settings = settings_from_env()
     except SettingsError as exc:

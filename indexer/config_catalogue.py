@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from indexer.quiet import captured
+from indexer.quiet import captured, logger_quiet
 
 # top-level key -> pydantic model that parses it (class paths in the installed package)
 PYDANTIC_SECTIONS: dict[str, str] = {
@@ -195,6 +195,9 @@ class _Recorder(dict):
         return _Keys(self)
 
 
+DEEPSPEED_LOGGER = "DeepSpeed"  # the name of `deepspeed.utils.logger`
+
+
 @lru_cache(maxsize=1)
 def logs_to_stderr() -> None:
     """DeepSpeed's logger writes to stdout; ours is for results (`--json`, MCP stdio): move it."""
@@ -214,7 +217,7 @@ def _run_parser(cfg: dict[str, Any]) -> Exception | None:
     from deepspeed.runtime.config import DeepSpeedConfig
 
     try:
-        with captured():
+        with captured(), logger_quiet(DEEPSPEED_LOGGER):  # its warnings are about our probe's configs
             DeepSpeedConfig(cfg)
     except Exception as exc:  # noqa: BLE001 - we record what DeepSpeed says
         return exc

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from indexer.config_catalogue import ConfigKey, build_catalogue, logs_to_stderr
-from indexer.quiet import captured
+from indexer.config_catalogue import DEEPSPEED_LOGGER, ConfigKey, build_catalogue, logs_to_stderr
+from indexer.quiet import captured, logger_quiet
 
 DOC = "https://www.deepspeed.ai/docs/config-json/"
 _ANCHORS = {
@@ -255,7 +255,7 @@ def _deepspeed_parser(cfg: dict[str, Any], world_size: int) -> str | None:
     if not any(k in data for k in ("train_batch_size", "train_micro_batch_size_per_gpu")):
         data["train_micro_batch_size_per_gpu"] = 1
     try:
-        with captured():
+        with captured(), logger_quiet(DEEPSPEED_LOGGER):  # what it warns of (deprecated keys) is in our findings
             DeepSpeedConfig(data, mpu=_Mpu())
     except Exception as exc:  # noqa: BLE001 - DeepSpeed's own message is the finding
         lines = [line.strip() for line in f"{type(exc).__name__}: {exc}".splitlines() if line.strip()]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.quiet import export_quiet
+
 ENCODER_DIR = "encoder"  # inside an index folder
 MODEL_FILE = "model.onnx"
 INT8_FILE = "model-int8.onnx"  # the same graph with int8 weights (dynamic quantization): the default query encoder
@@ -46,7 +48,7 @@ def export_encoder(model_path: str, out_dir: Path, name: str, dimension: int) ->
             return torch.nn.functional.normalize(mean, p=2, dim=1)
 
     ids = torch.ones((1, 8), dtype=torch.int64)
-    with torch.no_grad():
+    with torch.no_grad(), export_quiet():
         torch.onnx.export(
             Pooled(), (ids, torch.ones_like(ids)), str(out_dir / MODEL_FILE),
             input_names=["input_ids", "attention_mask"], output_names=["embedding"],
@@ -68,7 +70,8 @@ def quantize_encoder(folder: Path) -> Path:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         tmp = folder / (INT8_FILE + ".tmp")
-        quantize_dynamic(str(folder / MODEL_FILE), str(tmp), weight_type=QuantType.QInt8)
+        with export_quiet():
+            quantize_dynamic(str(folder / MODEL_FILE), str(tmp), weight_type=QuantType.QInt8)
         tmp.replace(target)
     return target
 

@@ -71,3 +71,25 @@ def test_a_bad_ask_argument_names_its_field_and_exits_2(capsys: pytest.CaptureFi
     assert main(["ask", "how do I enable ZeRO-3?", "--k", "0"]) == 2  # checked before any index or model loads
     err = capsys.readouterr().err
     assert "(field: k)" in err and "greater than or equal to 1" in err and "Traceback" not in err
+
+
+def test_a_quiet_index_build_prints_its_summary_line_only(tiny_docs: Path, tmp_path: Path, index_cache: Path) -> None:
+    """`dsqa index --quiet` on docs whose config snippet uses a deprecated key, with the encoder's ONNX
+    export not cached: DeepSpeed's warnings about the configs the build feeds its parser, the tracer's
+    and onnxruntime's export warnings, the model loader's bar and bm25s's debug lines stay off the terminal."""
+    import shutil
+
+    page = tiny_docs / "docs" / "_tutorials" / "offload.md"
+    page.write_text('---\ntitle: "Offload"\n---\n\n## Old offload\n\nThe old way:\n\n```json\n'
+                    '{"train_batch_size": 8, "zero_optimization": {"stage": 2, "cpu_offload": true}}\n```\n')
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for vectors in index_cache.glob("vectors-*.npz"):  # the package's and notes' vectors, not the encoder export
+        shutil.copy(vectors, cache / vectors.name)
+    env = {**os.environ, "DSQA_CACHE_DIR": str(cache)}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "index", "--docs", str(tiny_docs), "--out", str(tmp_path / "index"), "--quiet"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "index" / "encoder" / "model.onnx").is_file()  # the export ran in this build
+    assert done.stdout.startswith("indexed ") and len(done.stdout.strip().splitlines()) == 1, done.stdout[-2000:]
+    assert done.stderr == "", done.stderr[-3000:]
