@@ -250,6 +250,25 @@ def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_eval_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from app.engine import load_engine
+    from eval.doctor_eval import run_doctor_eval
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    index, retriever = load_engine(settings, strict=True).require()
+    results = run_doctor_eval(index.path, retriever, settings.notes_dir)
+    if args.json:
+        _print_json(results)
+    else:
+        for how, report in results.items():
+            for split in ("tune", "test"):
+                r = report[split]
+                print(f"{how:>17} {split:>4} logs {r['logs']:>3}  cause@1 {r['cause_at_1']:.3f}  source in 3 {r['source_in_3']:.3f} "
+                      f"(of {r['raised']})  matched {r['matched']}  median {r['median_ms']} ms")
+    return 0
+
+
 def _training_retriever(args: argparse.Namespace, settings: Settings, learned_off: str) -> HybridRetriever:
     """The hybrid retriever of the index `--index` names, with the learned part being trained switched off."""
     from app.engine import load_engine
@@ -569,6 +588,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--baseline", action="store_true", help="also score the peers: BM25 alone, dense alone, RRF")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_eval_retrieval)
+    s = ev.add_parser("doctor", help="the error doctor on the real error logs (tests/data/error_logs.jsonl): cause right at 1 and "
+                      "the raising line in the first 3, tune and test, as shipped (with retrieval) and without retrieval")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_eval_doctor)
     s = ev.add_parser("train-adapter", help="fit the query adapter on the tune split (writes app/query_adapter.npz); then train-ranker")
     s.add_argument("--index", type=Path)
     s.add_argument("--out", type=Path, help="default: app/query_adapter.npz")

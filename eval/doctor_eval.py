@@ -89,3 +89,19 @@ def score_doctor(logs: list[ErrorLog], diagnose: Callable[[str], Diagnosis], by_
     report["misses"] = [{k: r[k] for k in ("id", "split", "category", "cause", "source", "matched")}
                         for r in rows if not r["cause"] or r["source"] is False]
     return report
+
+
+def run_doctor_eval(index_dir: Path, retriever: Any, notes_dir: Path | None, logs: list[ErrorLog] | None = None) -> dict[str, Any]:
+    """The doctor as every front end calls it (`diagnose_with`: the index's error catalogue, retrieval over
+    its passages, the known causes) and the same without retrieval, on the same logs and split."""
+    from app.doctor import diagnose_with
+    from indexer.config_catalogue import deepspeed_version
+    from indexer.error_catalogue import ERRORS_FILE, read_error_catalogue
+
+    logs = load_error_logs() if logs is None else logs
+    _, entries = read_error_catalogue(index_dir / ERRORS_FILE)
+    by_url = {e.url(deepspeed_version()): e for e in entries}
+    def with_retriever(r: Any) -> Callable[[str], Diagnosis]:
+        return lambda log: diagnose_with(index_dir, r, log, notes_dir)
+
+    return {how: score_doctor(logs, with_retriever(r), by_url) for how, r in (("shipped", retriever), ("without_retrieval", None))}
