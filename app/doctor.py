@@ -184,7 +184,9 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
         cause.doc_titles = [title for title, _ in docs[:3]]
     in_message, elsewhere = known_matches(known, f"{exception}: {flat}", text)
     line = causes[0].source_url if matched == "exact" else ""
-    first = [_known_cause(k, line, seen) for k, seen in in_message] + [_known_cause(k, "", seen) for k, seen in elsewhere]
+    # a harmless warning the log shows beside the error is not its cause: listed last
+    benign = [_known_cause(k, "", seen) for k, seen in elsewhere if k.harmless]
+    first = [_known_cause(k, line, seen) for k, seen in in_message] + [_known_cause(k, "", seen) for k, seen in elsewhere if not k.harmless]
     if first:
         causes = first[:KNOWN_SLOTS] + causes
         matched = "exact" if in_message else (matched if matched in ("exact", "nearest") else "nearest")
@@ -194,6 +196,7 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     if not causes:
         causes = [Cause("no DeepSpeed error recognised", "the message is not one the installed deepspeed raises, and no passage matched",
                         "paste the traceback's last lines (the exception and its message), or ask the question in words")]
+    causes += benign[:1]
     if seen.get("deepspeed") and seen["deepspeed"] != deepspeed_version():
         for cause in causes:
             cause.explanation += f"; note: the log is from deepspeed {seen['deepspeed']}, the catalogue from {deepspeed_version()}"

@@ -2,8 +2,9 @@
 
 Each `##` section of that note is one cause: its heading is the title, then lines
 `Matches:` (backquoted texts a log shows when it happens, separated by `|`), `Why:`, `Check:`,
-`Fix:` and an optional `Config:` (a ds_config fragment the validator accepts). The error doctor
-(`app/doctor.py`) puts a matching cause before the raising line it found in the catalogue.
+`Fix:` and an optional `Config:` (a ds_config fragment the validator accepts) and `Harmless: yes` (a
+warning that stops nothing). The error doctor (`app/doctor.py`) puts a matching cause before the raising
+line it found in the catalogue; a harmless one only when the error itself is that warning.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from indexer.markdown import slugify_kramdown
 
 KNOWN_ERRORS_NOTE = "known-errors.md"
-_FIELD = re.compile(r"^(Matches|Why|Check|Fix|Config):\s*(.*)$")
+_FIELD = re.compile(r"^(Matches|Why|Check|Fix|Config|Harmless):\s*(.*)$")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class KnownCause:
     fix: str
     config: dict[str, Any] | None  # the fix as a ds_config fragment, when it is one
     url: str
+    harmless: bool = False  # a warning that stops nothing: not the cause of an error elsewhere in the log
 
     def found_in(self, text: str) -> str:
         """The longest of its texts that `text` (lower-cased) holds, or ''."""
@@ -49,8 +51,11 @@ def parse_known_causes(markdown: str, base_url: str = "dsqa://notes/known-errors
         if not matches or "Fix" not in fields:
             raise ValueError(f"known cause {title.strip()!r} needs a Matches line with `texts` and a Fix line")
         config = json.loads(fields["Config"]) if fields.get("Config") else None
+        harmless = fields.get("Harmless", "no").lower()
+        if harmless not in ("yes", "no"):
+            raise ValueError(f"known cause {title.strip()!r}: Harmless is yes or no, not {harmless!r}")
         causes.append(KnownCause(title.strip(), matches, fields.get("Why", ""), fields.get("Check", ""), fields["Fix"], config,
-                                 f"{base_url}#{slugify_kramdown(title.strip())}"))
+                                 f"{base_url}#{slugify_kramdown(title.strip())}", harmless == "yes"))
     return causes
 
 

@@ -84,6 +84,31 @@ def test_diagnose_route(tmp_path_factory: pytest.TempPathFactory) -> None:
         assert http.post("/diagnose", json={"log": ""}).status_code == 422
 
 
+def test_a_harmless_warning_beside_an_error_is_listed_after_its_causes() -> None:
+    """A log that shows a harmless warning (`Harmless: yes`) and then fails: the failure's causes come
+    first and the warning is still named, last; a log whose error is unknown says so before the warning;
+    the warning pasted alone is explained first. A field that is not yes/no is refused."""
+    from corpus import NOTES_DIR
+    from indexer.known_causes import parse_known_causes, read_known_causes
+
+    known = read_known_causes(NOTES_DIR)
+    warning = ("/usr/lib/python3/site-packages/deepspeed/runtime/zero/linear.py:49: FutureWarning: "
+               "`torch.cuda.amp.custom_fwd(args...)` is deprecated. Please use `torch.amp.custom_fwd(args..., device_type='cuda')` instead.")
+    batch = ("AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+             "gradient_acc_step * world_size 256 != 2 * 18 * 7")
+    failed = diagnose("\n".join([warning, "Traceback (most recent call last):", '  File "train.py", line 3, in <module>', batch]), known=known)
+    titles = [c.title for c in failed.causes]
+    assert "batch" in titles[0].lower() and titles[-1] == "FutureWarning spam about torch.cuda.amp.custom_fwd"
+    unknown = diagnose("\n".join([warning, "RuntimeError: the frobnicator lost its way"]), known=known)
+    assert unknown.causes[0].title == "no DeepSpeed error recognised"
+    assert unknown.causes[-1].title == "FutureWarning spam about torch.cuda.amp.custom_fwd"
+    alone = diagnose(warning, known=known)
+    assert alone.causes[0].title == "FutureWarning spam about torch.cuda.amp.custom_fwd"
+    assert sum(k.harmless for k in known) >= 6
+    with pytest.raises(ValueError, match="Harmless is yes or no"):
+        parse_known_causes("## A\nMatches: `x`\nFix: y\nHarmless: sometimes\n")
+
+
 def test_known_causes_parse_and_their_config_fixes_validate() -> None:
     from corpus import NOTES_DIR
     from indexer.config_check import validate_config
