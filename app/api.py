@@ -72,7 +72,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
     # /ask runs in threads of its own, handed over with the event loop's executor call: anyio's
     # run_in_threadpool (cancel scope, capacity limiter) was a quarter of the loop's work per question.
     # At most max_inflight_asks run at once (more are shed with a 503 below), so as many threads.
-    ask_threads = ThreadPoolExecutor(max_workers=max(settings.max_inflight_asks, 1), thread_name_prefix="dsqa-ask")
+    ask_threads = ThreadPoolExecutor(max_workers=max(min(settings.ask_threads, settings.max_inflight_asks), 1), thread_name_prefix="dsqa-ask")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

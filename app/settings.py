@@ -57,6 +57,7 @@ class Settings(BaseSettings):
     max_json_depth: int = 64
     max_json_keys: int = 20_000
     max_inflight_asks: int = 32
+    ask_threads: int = 4  # threads answering /ask at once in a worker; the others in flight wait for one
     # optional API keys for /ask and /mcp (comma-separated; unset: open), each rate-limited
     api_keys: str | None = Field(default=None, repr=False)
     api_rate_per_minute: int = 120

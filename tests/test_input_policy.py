@@ -96,6 +96,27 @@ def test_concurrent_asks_get_answers_or_a_fast_503(server: ServerThread) -> None
     assert len(results) == 12 and set(results) <= {200, 503} and 200 in results
 
 
+def test_asks_beyond_the_answering_threads_wait_for_one(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """More questions in flight than `ask_threads` (under `max_inflight_asks`) queue for a thread and are all
+    answered, and no more threads than that ever answer at once."""
+    index = build_small_index(tmp_path_factory)
+    results: list[int] = []
+    busiest = [0]
+
+    def one(url: str) -> None:
+        results.append(httpx.post(url + "/ask", json={"question": "How do I configure ZeRO stage 2?"}, timeout=60).status_code)
+        busiest[0] = max(busiest[0], sum(1 for th in threading.enumerate() if th.name.startswith("dsqa-ask") and th not in before))
+
+    before = set(threading.enumerate())  # other servers' answering threads
+    with ServerThread(small_app(index, max_inflight_asks=32, ask_threads=2)) as s:
+        threads = [threading.Thread(target=one, args=(s.url,)) for _ in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert results == [200] * 10 and 1 <= busiest[0] <= 2
+
+
 def test_limits_without_recursion() -> None:
     limits = InputLimits(max_body_bytes=10_000, max_json_depth=8, max_json_keys=50)
     with pytest.raises(InvalidInput, match="deeper than 8"):
