@@ -299,10 +299,12 @@ def test_shipped_coverage_decision_is_the_one_tune_gives(engine, tmp_path: Path)
 
 def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     """The doctor the front ends call (with retrieval over the real index; `dsqa eval doctor`), measured at
-    landing on the 101 real error logs: test cause right at 1 57.7% of 52 (53.8% without retrieval, the figure
-    tests/test_doctor.py floors: the 7 test logs nothing in the catalogue or the known causes matches get the
+    landing on the 101 real error logs: test cause right at 1 59.6% of 52 (53.8% without retrieval, the figure
+    tests/test_doctor.py floors; 57.7% with retrieval before the closest known cause by meaning led where the log
+    shows no known cause's text: the 7 test logs nothing in the catalogue or the known causes matches get the
     closest passages' titles instead of no cause), tune 95.9% of 49 either way; the raising line among the first
-    three for 88.0% of the 25 test logs deepspeed raises. Issue 15's 80% is not reached."""
+    three for 88.0% of the 25 test logs deepspeed raises. Issue 15's 80% is not reached. Paraphrased failures
+    the note covers lead with their known cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
     from eval.doctor_eval import run_doctor_eval
 
@@ -311,5 +313,17 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     print(results["shipped"]["test"], results["without_retrieval"]["test"])
     shipped, bare = results["shipped"], results["without_retrieval"]
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
-    assert shipped["test"]["cause_at_1"] >= 0.55 and shipped["test"]["source_in_3"] >= 0.85
+    assert shipped["test"]["cause_at_1"] >= 0.57 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
+    from app.doctor import diagnose_with
+
+    def first_cause(message: str) -> str:
+        log = f'Traceback (most recent call last):\n  File "train.py", line 1, in <module>\n{message}'
+        top = diagnose_with(index.path, retriever, log, NOTES_DIR).causes[0]
+        return top.title if "closest known failure" in top.explanation else ""
+
+    # cosines at landing 0.79 and 0.69 (the threshold is 0.6), the unrelated one 0.50
+    assert first_cause("RuntimeError: no GPU found: the deepspeed launcher sees no CUDA devices on this machine") == "The launcher sees no GPU"
+    assert first_cause("RuntimeError: ssh to the other node failed because passwordless ssh is not set up for the launcher") \
+        == "Passwordless SSH to a node is missing"
+    assert first_cause("ValueError: the learning rate frobnicator is misconfigured") == ""
