@@ -135,9 +135,10 @@ def _cause(entry: RaisedError, how: str) -> Cause:
                  fix=fix, source_url=entry.url(deepspeed_version()))
 
 
-def _known_cause(k: KnownCause, source_url: str, seen: str) -> Cause:
+def _known_cause(k: KnownCause, source_url: str, found: str) -> Cause:
+    """`found`: how the log led to it (the text it shows, or how close its message comes)."""
     fix = k.fix + (f" Config: {json.dumps(k.config)}" if k.config else "")
-    return Cause(title=k.title, explanation=f"{k.why} Check: {k.check}".strip() + f" (the log shows `{seen}`)", fix=fix,
+    return Cause(title=k.title, explanation=f"{k.why} Check: {k.check}".strip() + f" ({found})", fix=fix,
                  source_url=source_url, doc_urls=[k.url], doc_titles=[f"Known causes > {k.title}"])
 
 
@@ -189,16 +190,15 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     in_message, elsewhere = known_matches(known, f"{exception}: {flat}", text)
     line = causes[0].source_url if matched == "exact" else ""
     # a harmless warning the log shows beside the error is not its cause: listed last
-    benign = [_known_cause(k, "", seen) for k, seen in elsewhere if k.harmless]
-    first = [_known_cause(k, line, seen) for k, seen in in_message] + [_known_cause(k, "", seen) for k, seen in elsewhere if not k.harmless]
+    benign = [_known_cause(k, "", f"the log shows `{seen}`") for k, seen in elsewhere if k.harmless]
+    first = [_known_cause(k, line, f"the log shows `{seen}`") for k, seen in in_message] + \
+        [_known_cause(k, "", f"the log shows `{seen}`") for k, seen in elsewhere if not k.harmless]
     if first:
         causes = first[:KNOWN_SLOTS] + causes
         matched = "exact" if in_message else (matched if matched in ("exact", "nearest") else "nearest")
     elif closest_known is not None and (near_known := closest_known(f"{exception}: {flat}")) is not None:
         k, cosine = near_known
-        cause = _known_cause(k, line, "")
-        cause.explanation = f"{k.why} Check: {k.check}".strip() + f" (the closest known failure to this message, cosine {cosine:.2f})"
-        causes = [cause] + causes
+        causes = [_known_cause(k, line, f"the closest known failure to this message, cosine {cosine:.2f}")] + causes
     if not causes and docs:
         causes = [Cause(title, "not a message the installed deepspeed raises; the closest passage of the docs and notes", "read the passage",
                         doc_urls=[url], doc_titles=[title]) for title, url in docs[:3]]
@@ -229,20 +229,21 @@ KNOWN_COSINE = 0.6  # a known cause closer than this in meaning leads when the l
 
 def closest_known_cause(retriever: Any, known: tuple[KnownCause, ...]) -> Any:
     """`text -> (known cause, cosine) | None` over the index's vectors of the known-errors note's passages
-    (one query encode); None without a retriever that holds them."""
-    by_url = {k.url: k for k in known}
+    (one query encode, and the note's passages looked up only then: most logs show a known cause's text);
+    None without a retriever that holds them."""
     index, matrix, embedder = (getattr(retriever, name, None) for name in ("index", "matrix", "embedder"))
-    if index is None or matrix is None or embedder is None or not by_url:
+    if index is None or matrix is None or embedder is None or not known:
         return None
-    rows = [i for i, c in enumerate(index.chunks) if c.url in by_url]
-    if not rows:
-        return None
-    vectors, causes = matrix[rows], [by_url[index.chunks[i].url] for i in rows]
 
     def closest(text: str) -> tuple[KnownCause, float] | None:
-        cos = vectors @ embedder.embed([text[:1000]])[0]
+        by_url = {k.url: k for k in known}
+        rows = [i for i, c in enumerate(index.chunks) if c.url in by_url]
+        if not rows:
+            return None
+        cos = matrix[rows] @ embedder.embed([text[:1000]])[0]
         best = int(cos.argmax())
-        return (causes[best], float(cos[best])) if cos[best] >= KNOWN_COSINE and not causes[best].harmless else None
+        cause = by_url[index.chunks[rows[best]].url]
+        return (cause, float(cos[best])) if cos[best] >= KNOWN_COSINE and not cause.harmless else None
 
     return closest
 
@@ -253,4 +254,4 @@ def diagnose_with(index_path: Path | None, retriever: Any, log: str, notes_dir: 
     the known causes of the notes directory."""
     catalogue_dir = index_path if index_path is not None and (index_path / ERRORS_FILE).is_file() else None
     known = read_known_causes(notes_dir) if notes_dir is not None else ()
-    return diagnose(log, catalogue_dir, engine_search(retriever), known, closest_known_cause(retriever, known) if retriever is not None else None)
+    return diagnose(log, catalogue_dir, engine_search(retriever), known, closest_known_cause(retriever, known))

@@ -101,6 +101,7 @@ def run_doctor_eval(index_dir: Path, retriever: Any, notes_dir: Path | None, log
     logs = load_error_logs() if logs is None else logs
     _, entries = read_error_catalogue(index_dir / ERRORS_FILE)
     by_url = {e.url(deepspeed_version()): e for e in entries}
+
     def with_retriever(r: Any) -> Callable[[str], Diagnosis]:
         return lambda log: diagnose_with(index_dir, r, log, notes_dir)
 
