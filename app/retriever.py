@@ -1,12 +1,12 @@
-"""Retrieval over the loaded index: the `Retriever` protocol, the shipped hybrid and its peers.
+"""Retrieval over the loaded index: the `Retriever` protocol and the shipped hybrid.
 
 `HybridRetriever` (shipped): BM25 with identifier-aware tokens and MiniLM cosines, each over the
 whole question and over its ask (`app/query.py`); the union of both top lists is re-ranked by the
 learned linear model (`app/ranking.py`, trained on the `tune` split) or, without one, by the
 weighted fusion; a passage grows with its section's neighbouring chunks (one passage per
 section, and a section whose chunks did not fit one passage still shows once), near-duplicates are
-dropped, and one of our notes at most stands fifth. The peers measured beside it in the same run are
-`Bm25Retriever`, `DenseRetriever` and `RrfRetriever` (RRF of those two).
+dropped, and one of our notes at most stands fifth. The peers measured beside it in the same run live
+in `app/peer_retrievers.py`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 
 from app.batching import submit_one
 from app.coverage import coverage_features
-from app.fusion import near_duplicate, rrf_fusion, shingles, weighted_fusion
+from app.fusion import near_duplicate, shingles, weighted_fusion
 from app.glossary import Glossary, has_cjk
 from app.linear_model import LinearModel
 from app.query import (
@@ -388,69 +388,3 @@ class HybridRetriever:
         if idx not in self._shingles:
             self._shingles[idx] = shingles(self.index.chunks[idx].text)
         return self._shingles[idx]
-
-
-def _top_hits(index: LoadedIndex, scores: np.ndarray, k: int, topic: str | None, source: str | None,
-              cosines: np.ndarray | None = None) -> list[Hit]:
-    hits: list[Hit] = []
-    for i in np.argsort(-scores, kind="stable"):
-        chunk = index.chunks[int(i)]
-        if matches_filter(chunk, topic, source):
-            dense = float(cosines[int(i)]) if cosines is not None else 0.0
-            hits.append(Hit(chunk=chunk, score=float(scores[int(i)]), bm25=0.0, dense=dense))
-            if len(hits) >= k:
-                break
-    return hits
-
-
-class Bm25Retriever:
-    """Peer: BM25 alone over the same chunks and tokens (Chinese through the same glossary)."""
-
-    def __init__(self, index: LoadedIndex, glossary: Glossary | None = None):
-        self.index = index
-        self.glossary = glossary or Glossary({})
-
-    def scores(self, query: str) -> np.ndarray:
-        return bm25_scores(self.index, tokenize(query))
-
-    def search(self, question: str, k: int = 5, *, topic: str | None = None, source: str | None = None) -> SearchResult:
-        query = self.glossary.expand(question)
-        return SearchResult(hits=_top_hits(self.index, self.scores(query), k, topic, source), query=query, relevance=0.0)
-
-
-class DenseRetriever:
-    """Peer: the base dense model alone (cosine over the same chunks)."""
-
-    def __init__(self, index: LoadedIndex, embedder: Embedder, glossary: Glossary | None = None):
-        self.index = index
-        self.embedder = embedder
-        self.glossary = glossary or Glossary({})
-        self.matrix = dense_matrix(index)
-
-    def scores(self, query: str) -> np.ndarray:
-        return self.matrix @ self.embedder.embed([query])[0]
-
-    def search(self, question: str, k: int = 5, *, topic: str | None = None, source: str | None = None) -> SearchResult:
-        query = self.glossary.expand(question)
-        cos = self.scores(query)
-        hits = _top_hits(self.index, cos, k, topic, source, cos)
-        return SearchResult(hits=hits, query=query, relevance=max((h.dense for h in hits), default=0.0))
-
-
-class RrfRetriever:
-    """Peer: reciprocal rank fusion (k=60) of the BM25 and the dense rankings, equal weights."""
-
-    def __init__(self, index: LoadedIndex, embedder: Embedder, glossary: Glossary | None = None, depth: int = 100):
-        self.bm25 = Bm25Retriever(index, glossary)
-        self.dense = DenseRetriever(index, embedder, glossary)
-        self.index = index
-        self.depth = depth
-
-    def search(self, question: str, k: int = 5, *, topic: str | None = None, source: str | None = None) -> SearchResult:
-        query = self.bm25.glossary.expand(question)
-        rankings = [np.argsort(-s)[: self.depth].tolist() for s in (self.bm25.scores(query), self.dense.scores(query))]
-        fused = rrf_fusion(rankings, [1.0, 1.0])
-        scores = np.zeros(len(self.index.chunks))
-        for i, v in fused.items():
-            scores[i] = v
-        return SearchResult(hits=_top_hits(self.index, scores, k, topic, source), query=query, relevance=0.0)

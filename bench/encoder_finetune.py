@@ -26,8 +26,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import faiss  # noqa: E402
 
 from app.engine import load_engine  # noqa: E402
+from app.peer_retrievers import DenseRetriever  # noqa: E402
 from app.ranking import load_ranker  # noqa: E402
-from app.retriever import DenseRetriever, HybridRetriever, Retriever  # noqa: E402
+from app.retriever import HybridRetriever, Retriever  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from eval.ranker_training import train_ranker  # noqa: E402
 from eval.retrieval_eval import format_table, question_sets, score_sets  # noqa: E402

@@ -4,20 +4,16 @@ eval answers. Kept here so app/cli.py only wires them in."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from app.cli_tools import print_json
 from eval.runner import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
 from indexer.snippet_status import write_progress
 
 KINDS = ("ds_config", "python", "launcher", "hostfile")
-
-
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 def cmd_run_snippet(args: argparse.Namespace, settings: Any) -> int:
@@ -32,7 +28,7 @@ def cmd_run_snippet(args: argparse.Namespace, settings: Any) -> int:
     result = LocalRunner().run(RunRequest(kind=args.kind, code=code, requires=requires, timeout_s=args.timeout, memory_mb=args.memory_mb))
     out = result.to_json()
     if args.json:
-        _print_json(out)
+        print_json(out)
     else:
         print(f"{result.status}: {result.reason}" if result.reason else result.status)
         print(f"device {result.device}, {result.duration_s:.1f}s" + (f"; adapted: {'; '.join(result.adaptations)}" if result.adaptations else ""))
@@ -64,7 +60,7 @@ def cmd_verify(args: argparse.Namespace, settings: Any) -> int:
     if args.progress_file:
         write_progress(args.progress_file, "done", report["total"], report["total"], verdicts=report["verdicts"])
     if args.json:
-        _print_json(report)
+        print_json(report)
     else:
         print(f"{report['total']} snippets: " + ", ".join(f"{k} {v}" for k, v in sorted(report["by_status"].items())))
         for kind, counts in sorted(report["by_kind"].items()):
@@ -129,7 +125,7 @@ def cmd_eval_answers(args: argparse.Namespace, settings: Any) -> int:
         snippet_timeout_s=args.timeout, memory_mb=args.memory_mb,
     )
     if args.json:
-        _print_json(summary)
+        print_json(summary)
     else:
         allb = summary["retrieval"]["all"]
         print(f"{summary['questions']} questions: hit@5 {allb.get('hit@5')} MRR@10 {allb.get('mrr@10')} nDCG@10 {allb.get('ndcg@10')} "

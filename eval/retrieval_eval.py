@@ -9,7 +9,8 @@ from typing import Any
 
 from app.engine import Engine, load_engine
 from app.errors import IndexNotReady
-from app.retriever import Bm25Retriever, DenseRetriever, HybridRetriever, Retriever, RrfRetriever
+from app.peer_retrievers import Bm25Retriever, DenseRetriever, RrfRetriever
+from app.retriever import HybridRetriever, Retriever
 from app.settings import Settings
 from eval.metrics import Question, evaluate, load_questions
 from eval.question_set import QUESTIONS_DIR, SPLITS, load_question_set, split_of

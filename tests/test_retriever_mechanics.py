@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from app.linear_model import LinearModel
+from app.peer_retrievers import Bm25Retriever, DenseRetriever, RrfRetriever
 from app.query import identifiers, split_question
 from app.ranking import FEATURES, FeatureTable, QuerySignals, candidate_features, chunk_terms, load_ranker
-from app.retriever import Bm25Retriever, DenseRetriever, HybridRetriever, RetrievalOptions, RrfRetriever
+from app.retriever import HybridRetriever, RetrievalOptions
 from indexer.documents import Chunk
 from indexer.embedder import HashEmbedder
 from indexer.identifiers import ABBREVIATIONS, expansion

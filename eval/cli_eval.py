@@ -1,0 +1,158 @@
+"""`dsqa eval retrieval|doctor|train-*` (registered by app/cli.py): the quality reports on our question
+sets and error logs, and the training of each learned part on the `tune` split only."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.cli_tools import print_json
+from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.retriever import HybridRetriever
+
+
+def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
+    from eval.question_set import OUTSIDE_QUESTIONS
+    from eval.retrieval_eval import format_table, run_retrieval_eval
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    extra = args.questions if args.questions is not None else (OUTSIDE_QUESTIONS if OUTSIDE_QUESTIONS.is_file() else None)
+    results = run_retrieval_eval(settings, dev=args.dev, extra=extra, baseline=args.baseline)
+    if args.json:
+        print_json(results)
+    else:
+        print(format_table(results))
+    return 0
+
+
+def cmd_eval_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from app.engine import load_engine
+    from eval.doctor_eval import run_doctor_eval
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    index, retriever = load_engine(settings, strict=True).require()
+    results = run_doctor_eval(index.path, retriever, settings.notes_dir)
+    if args.json:
+        print_json(results)
+    else:
+        for how, report in results.items():
+            for split in ("tune", "test"):
+                r = report[split]
+                print(f"{how:>17} {split:>4} logs {r['logs']:>3}  cause@1 {r['cause_at_1']:.3f}  source in 3 {r['source_in_3']:.3f} "
+                      f"(of {r['raised']})  matched {r['matched']}  median {r['median_ms']} ms")
+    return 0
+
+
+def _training_retriever(args: argparse.Namespace, settings: Settings, learned_off: str) -> HybridRetriever:
+    """The hybrid retriever of the index `--index` names, with the learned part being trained switched off."""
+    from app.engine import load_engine
+    from app.retriever import HybridRetriever
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    _, retriever = load_engine(settings.model_copy(update={learned_off: False})).require()
+    assert isinstance(retriever, HybridRetriever)
+    return retriever
+
+
+def cmd_train_ranker(args: argparse.Namespace, settings: Settings) -> int:
+    from app.engine import query_adapter_for, question_memory_for
+    from app.ranking import RANKER_FILE
+    from eval.question_set import load_split
+    from eval.ranker_training import train_ranker
+
+    retriever = _training_retriever(args, settings, "learned_ranking")
+    adapter = query_adapter_for(retriever.embedder.name)  # the ranker reads the adapted cosines when one ships
+    if adapter is not None:
+        retriever = retriever.with_options(query_adapter=adapter)
+    memory = question_memory_for(retriever.embedder.name, retriever.index)  # and the memory's `seen` scores
+    if memory is not None:
+        retriever = retriever.with_options(question_memory=memory)
+    report = train_ranker(retriever, load_split("tune"), args.out or RANKER_FILE)
+    print_json(report)
+    return 0
+
+
+def cmd_train_adapter(args: argparse.Namespace, settings: Settings) -> int:
+    from app.query_adapter import ADAPTER_FILE
+    from eval.adapter_training import train_adapter
+    from eval.question_set import load_split
+
+    print_json(train_adapter(_training_retriever(args, settings, "learned_ranking"), load_split("tune"), args.out or ADAPTER_FILE))
+    return 0
+
+
+def cmd_train_memory(args: argparse.Namespace, settings: Settings) -> int:
+    from app.question_memory import MEMORY_FILE
+    from eval.memory_training import train_memory
+    from eval.question_set import load_split
+
+    print_json(train_memory(_training_retriever(args, settings, "learned_ranking"), load_split("tune"), args.out or MEMORY_FILE))
+    return 0
+
+
+def cmd_train_abstention(args: argparse.Namespace, settings: Settings) -> int:
+    from app.coverage import ABSTENTION_FILE
+    from eval.abstention_training import train_abstention
+    from eval.answer_quality import load_unanswerable
+    from eval.question_set import load_split, split_of
+
+    retriever = _training_retriever(args, settings, "learned_abstention")
+    unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "tune"]
+    print_json(train_abstention(retriever, load_split("tune"), unanswerable, args.out or ABSTENTION_FILE))
+    return 0
+
+
+def cmd_train_answer(args: argparse.Namespace, settings: Settings) -> int:
+    from app.answer import UNIT_MODEL_FILE
+    from app.engine import load_engine
+    from eval.answer_training import train_answer_units
+    from eval.question_set import load_split
+
+    if args.index:
+        settings = settings.model_copy(update={"index_dir": args.index})
+    engine = load_engine(settings.model_copy(update={"learned_answer": False}))
+    print_json(train_answer_units(engine, load_split("tune"), args.out or UNIT_MODEL_FILE))
+    return 0
+
+
+def add_eval_commands(ev: Any) -> None:
+    """Register the commands on `dsqa eval`'s sub-parsers."""
+    s = ev.add_parser("retrieval", help="hit@k, MRR@10, nDCG@10 and mention share: our tune and test splits, the dev set")
+    s.add_argument("--dev", type=Path, default=Path("../shared/eval/dev.jsonl"), help="the dev set (skipped when absent)")
+    s.add_argument("--questions", type=Path, help="a further labelled question file, reported as its own set "
+                   "(default: eval/heldout/outside.jsonl, the questions nothing was tuned or trained on)")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--baseline", action="store_true", help="also score the peers: BM25 alone, dense alone, RRF")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_eval_retrieval)
+    s = ev.add_parser("doctor", help="the error doctor on the real error logs (tests/data/error_logs.jsonl): cause right at 1 and "
+                      "the raising line in the first 3, tune and test, as shipped (with retrieval) and without retrieval")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_eval_doctor)
+    s = ev.add_parser("train-adapter", help="fit the query adapter on the tune split (writes app/query_adapter.npz); then train-ranker")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--out", type=Path, help="default: app/query_adapter.npz")
+    s.set_defaults(fn=cmd_train_adapter)
+    s = ev.add_parser("train-memory", help="remember the tune questions and their answering chunks (writes app/question_memory.npz); then train-ranker")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--out", type=Path, help="default: app/question_memory.npz")
+    s.set_defaults(fn=cmd_train_memory)
+    s = ev.add_parser("train-ranker", help="fit the learned re-ranking on the tune split (writes app/ranker.json)")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--out", type=Path, help="default: app/ranker.json")
+    s.set_defaults(fn=cmd_train_ranker)
+    s = ev.add_parser("train-abstention", help="fit the coverage decision on the tune split (writes app/abstention.json)")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--out", type=Path, help="default: app/abstention.json")
+    s.set_defaults(fn=cmd_train_abstention)
+    s = ev.add_parser("train-answer", help="fit the choice of answer units on the tune split (writes app/answer_units.json)")
+    s.add_argument("--index", type=Path)
+    s.add_argument("--out", type=Path, help="default: app/answer_units.json")
+    s.set_defaults(fn=cmd_train_answer)
