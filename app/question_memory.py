@@ -33,6 +33,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -45,9 +46,10 @@ SEEN_FLOOR = 0.65  # a cosine with a remembered question at or below this is no 
 UNIT_SEEN_FLOOR = 0.5  # the same for the units an answer quotes
 
 
+@lru_cache(maxsize=1 << 16)
 def chunk_key(text: str) -> str:
     """A chunk's (or a text unit's) identity across index builds: 16 hex digits of the sha256 of its
-    normalised text."""
+    normalised text (cached: an answer keys the same units query after query)."""
     norm = " ".join(_ALNUM.findall(text.lower()))
     return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:16]
 
