@@ -20,6 +20,9 @@ from eval.metrics import Question, normalise
 UNANSWERABLE = Path(__file__).resolve().parent / "unanswerable.jsonl"
 # questions nothing indexed answers, never trained or tuned on (beside eval/question_set.OUTSIDE_QUESTIONS)
 UNANSWERABLE_OUTSIDE = Path(__file__).resolve().parent / "heldout" / "unanswerable_outside.jsonl"
+# training-only questions nothing indexed answers (written apart from the two sets above, on other subjects):
+# the coverage decision learns from them beside tune's; never split, never scored
+TRAINING_UNANSWERABLE = Path(__file__).resolve().parent / "training" / "unanswerable"
 _CITATION = re.compile(r"\s*\[\d+\]")
 _LOWER_START = re.compile(r"^[a-z]")
 _CLOSED = re.compile(r"""[.!?:;)\]"'`*。！？）]$""")
@@ -59,6 +62,19 @@ class Unanswerable:
 def load_unanswerable(path: Path = UNANSWERABLE) -> list[Unanswerable]:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return [Unanswerable(str(r["id"]), str(r["question"]), str(r.get("lang", "en")), str(r.get("kind", ""))) for r in rows]
+
+
+def load_training_unanswerable(directory: Path = TRAINING_UNANSWERABLE) -> list[Unanswerable]:
+    """The training-only unanswerable questions of every JSONL file in `directory` (none without it);
+    their ids must be unique and must not be ids of the scored sets."""
+    scored = {u.id for path in (UNANSWERABLE, UNANSWERABLE_OUTSIDE) if path.is_file() for u in load_unanswerable(path)}
+    out: list[Unanswerable] = []
+    for file in sorted(directory.glob("*.jsonl")) if directory.is_dir() else []:
+        for u in load_unanswerable(file):
+            if u.id in scored or any(u.id == o.id for o in out):
+                raise ValueError(f"{file}: unanswerable question id {u.id!r} is already used")
+            out.append(u)
+    return out
 
 
 def _held_out_engines(engine: Engine, questions: list[Question]) -> dict[str, Engine]:

@@ -25,6 +25,7 @@ from eval.answer_quality import (
     answer_words,
     has_evidence,
     is_cut,
+    load_training_unanswerable,
     load_unanswerable,
     segments,
 )
@@ -60,6 +61,62 @@ def test_unanswerable_set_make_up() -> None:
     chatty = [r["question"] for r in rows if r["id"].startswith("un-c-") and r["lang"] == "en"]
     asked = [q.question for q in load_question_set() if q.lang == "en"]
     assert len(chatty) >= 60 and abs(statistics.median(map(len, chatty)) / statistics.median(map(len, asked)) - 1) < 0.2
+
+
+def test_training_only_unanswerable_questions_stay_apart_from_the_scored_ones(tmp_path: Path) -> None:
+    """`eval/training/unanswerable/`: each checked (its `why`) and of a kind, en and zh, never an id or a
+    question of a scored set; an id used twice or taken from a scored set is refused."""
+    training = load_training_unanswerable()
+    assert len(training) >= 100 and len({u.id for u in training}) == len(training)
+    assert Counter(u.lang for u in training)["zh"] >= 30 and all(u.kind for u in training)
+    scored = load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)
+    assert {u.id for u in training}.isdisjoint({u.id for u in scored})
+    assert {u.question for u in training}.isdisjoint({u.question for u in scored})
+    assert load_training_unanswerable(tmp_path / "absent") == []
+    row = {"id": "un-x-1", "question": "When was DeepSpeed 0.1 tagged?", "lang": "en", "kind": "release-date", "why": "grep"}
+    (tmp_path / "a.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(row), encoding="utf-8")
+    with pytest.raises(ValueError, match="already used"):
+        load_training_unanswerable(tmp_path)
+    (tmp_path / "a.jsonl").write_text(json.dumps({**row, "id": scored[0].id}), encoding="utf-8")
+    with pytest.raises(ValueError, match="already used"):
+        load_training_unanswerable(tmp_path)
+    (tmp_path / "a.jsonl").write_text(json.dumps(row), encoding="utf-8")
+    assert [u.id for u in load_training_unanswerable(tmp_path)] == ["un-x-1"]
+
+
+def test_the_coverage_decision_fit_and_its_cross_validation() -> None:
+    """`fit_decision` fills the memory columns as for new questions (a remembered question does not resemble
+    itself) and sets the threshold at the conformal quantile; `cross_validate` holds out answerable and scored
+    unanswerable rows, never the training-only ones, and on separable rows refuses the unanswerable ones and
+    few answerable ones."""
+    from app.refusal_memory import REFUSAL_FLOOR
+    from eval.abstention_training import _BEST, _LEANING, cross_validate, fit_decision
+
+    rng = np.random.default_rng(0)
+    width = len(COVERAGE_FEATURES)
+
+    def rows(n: int, centre: float) -> np.ndarray:
+        x = rng.normal(0.0, 1.0, (n, width))
+        x[:, 0] += centre
+        return x
+
+    def unit(n: int, axis: int) -> np.ndarray:
+        v = rng.normal(0.0, 0.05, (n, 8)).astype(np.float32)
+        v[:, axis] += 1.0
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    pos, neg = rows(120, 3.0), rows(100, -3.0)
+    pos_v, neg_v = unit(120, 0), unit(100, 1)
+    ids = [f"a{i}" for i in range(120)] + [f"u{i}" for i in range(100)]
+    fitted, filled_pos, filled_neg = fit_decision(pos, neg, pos_v, neg_v, ids, alpha=0.05)
+    assert not np.allclose(filled_neg[:, _BEST], (neg_v @ neg_v.T).max(axis=1) - REFUSAL_FLOOR)  # itself left out
+    pos_scores = ((filled_pos - fitted.mean) / fitted.scale) @ fitted.weights + fitted.bias
+    assert np.sum(pos_scores < fitted.threshold) == int(np.floor(0.05 * 121)) - 1
+    remembered = fitted.scores(neg[:1], neg_v[:1])
+    assert remembered.shape == (1,) and remembered[0] < fitted.threshold
+    assert fitted.probe.shape == (9,) and filled_pos[:, _LEANING].std() > 0
+    report = cross_validate(pos, neg, pos_v, neg_v, ids[:120], ids[120:], kept=60, alphas=(0.05,))
+    assert report["0.05"]["abstention"] >= 0.95 and report["0.05"]["false_abstention"] <= 0.1
 
 
 def test_refusal_memory_resemblance_and_round_trip(tmp_path: Path) -> None:

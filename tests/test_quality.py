@@ -23,7 +23,12 @@ from app.schemas import AskRequest
 from app.settings import Settings
 from eval.abstention_training import coverage_rows, train_abstention
 from eval.adapter_training import train_adapter
-from eval.answer_quality import UNANSWERABLE_OUTSIDE, answer_report, load_unanswerable
+from eval.answer_quality import (
+    UNANSWERABLE_OUTSIDE,
+    answer_report,
+    load_training_unanswerable,
+    load_unanswerable,
+)
 from eval.answer_training import train_answer_units
 from eval.memory_training import build_memory
 from eval.metrics import load_questions
@@ -175,35 +180,30 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at stop 35's landing, every learned part retrained on the index with its fifteen new known-error
-    sections: test evidence 69.6% (zh 66.0%), 75.9% of the unanswerable refused, 1.2% (4) of the answerable;
-    outside 65.0% evidence, 82.5% refused, 1.25% (1) of the answerable. Before, at stop 33's landing (served
-    int8 query encoder), on sets no choice was made on. The test split, 326
-    answerable and 294 unanswerable questions (162 terse, 61 chatty `un-c-*`, and 71 of the 160 `un-r-*`
-    modelled on real users' threads, added this stop): the answer text holds a gold phrase for 69.3% (zh
-    65.0%; 69.9% the stop before); no cited segment is cut (0 of 1540), median 116 words; 75.9% of the
-    unanswerable ones refused (the 223 of before: 74.9%, was 76.7%; the new 71: 78.9%) and 1.5% (5) of the
-    answerable ones (2.5%, 8). The outside sets (`eval/heldout/`, 80 answerable, 80 unanswerable, never
-    trained or tuned on): 66.3% hold a gold phrase (67.5%), 81.3% refused (the same), 1.25% (1) of the
-    answerable refused (2.5%). Every learned part was retrained on the index with this stop's known-error
-    sections. The shipped decision was scored on the 160 `un-r-*` before any was trained
-    on: 72.5% refused. This stop's change: the refusal memory's leaning probe (`RefusalMemory.leaning`) and
-    the threshold at the 2% conformal quantile, chosen on tune's cross-validation (299 unanswerable: 81.8%
-    refused at 1.9% false without the leaning, 86.3% at 2.5% with it). Issue 10's targets (75% evidence, 90%
-    refused at <= 3% false) are not reached."""
+    """Measured at stop 36's landing, on sets no choice was made on. The test split, 326 answerable and 294
+    unanswerable questions: the answer text holds a gold phrase for 69.6% (zh 66.0%); no cited segment is cut
+    (0 of 1552), median 117 words; 79.6% of the unanswerable refused and 1.5% (5) of the answerable. The
+    outside sets (`eval/heldout/`, 80 and 80, never trained or tuned on): 65.0% evidence, 91.25% refused,
+    1.25% (1) of the answerable refused. This stop's change: the coverage decision and its refusal memory also
+    learn from 630 training-only unanswerable questions (`eval/training/unanswerable/`, written apart from the
+    scored sets; none within a cosine of 0.75 of a scored one), and the threshold moves from the 2% to the
+    1.75% conformal quantile by the same rule on tune's cross-validation (`dsqa eval train-abstention`'s `cv`:
+    82.8% refused at 2.0% false before, 84.8% at 2.4% now; 2% would now give 3.0% false). Before it (stop
+    35): test 69.6% evidence (zh 66.0%), 75.9% refused, 1.2% (4) of the answerable; outside 65.0%, 82.5%,
+    1.25%. Issue 10's targets (75% evidence, 90% refused at <= 3% false) are not reached on test."""
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
     assert report["evidence_in_answer"] >= 0.67
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
-    assert report["abstention"] >= 0.73
+    assert report["abstention"] >= 0.77
     assert report["false_abstention"] <= 0.035
     outside = answer_report(engine, load_questions(OUTSIDE_QUESTIONS), load_unanswerable(UNANSWERABLE_OUTSIDE))
     print(outside)
     assert outside["answerable"] == 80 and outside["unanswerable"] == 80
     assert outside["evidence_in_answer"] >= 0.65 and outside["cut_segments"] == 0
-    assert outside["abstention"] >= 0.77 and outside["false_abstention"] <= 0.05
+    assert outside["abstention"] >= 0.88 and outside["false_abstention"] <= 0.05
 
 
 def test_asking_what_a_key_does_is_never_refused(engine) -> None:
@@ -276,14 +276,16 @@ def test_shipped_answer_unit_scorer_is_the_one_tune_gives(engine, tmp_path: Path
 
 def test_shipped_coverage_decision_is_the_one_tune_gives(engine, tmp_path: Path) -> None:
     tune_unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "tune"]
-    report = train_abstention(engine.retriever, load_split("tune"), tune_unanswerable, tmp_path / "a.json")
+    training_only = load_training_unanswerable()
+    report = train_abstention(engine.retriever, load_split("tune"), tune_unanswerable, tmp_path / "a.json",
+                              training_only=training_only, with_cv=False)
     fresh, shipped = load_abstention(tmp_path / "a.json"), load_abstention()
     assert fresh is not None and shipped is not None
     assert report["tune_false_abstention"] <= 0.03
-    # the refusal memory beside it: the tune unanswerable questions' vectors, the engine's the same
+    # the refusal memory beside it: the tune and training-only unanswerable questions' vectors, the engine's the same
     fresh_memory, shipped_memory = load_refusal_memory(tmp_path / REFUSAL_MEMORY_FILE.name), load_refusal_memory()
     assert fresh_memory is not None and shipped_memory is not None
-    assert engine.retriever.options.refusal_memory is not None and len(shipped_memory.vectors) == len(tune_unanswerable)
+    assert engine.retriever.options.refusal_memory is not None and len(shipped_memory.vectors) == len(tune_unanswerable) + len(training_only)
     assert np.abs(fresh_memory.vectors - shipped_memory.vectors).max() < 0.01
     assert fresh_memory.probe is not None and shipped_memory.probe is not None  # and its leaning probe
     assert np.abs(fresh_memory.probe - shipped_memory.probe).max() < 0.05
@@ -295,6 +297,19 @@ def test_shipped_coverage_decision_is_the_one_tune_gives(engine, tmp_path: Path)
     fresh_scores, shipped_scores = fresh.score(rows), shipped.score(rows)
     agree = np.mean((fresh_scores >= fresh.threshold) == (shipped_scores >= shipped.threshold))
     assert agree >= 0.98 and np.corrcoef(fresh_scores, shipped_scores)[0, 1] >= 0.995, agree
+
+
+def test_training_only_unanswerables_are_no_near_copy_of_a_scored_one(engine) -> None:
+    """A training-only unanswerable question close in meaning to a scored one (test, the outside set) would
+    lift the figures it is scored by: none has a base-encoder cosine of 0.75 or more with any (the rule they
+    were filtered by when written)."""
+    from eval.adapter_training import base_vectors
+
+    scored = load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)
+    training = load_training_unanswerable()
+    closest = (base_vectors(engine.retriever, [u.question for u in training])
+               @ base_vectors(engine.retriever, [u.question for u in scored]).T).max(axis=1)
+    assert float(closest.max()) < 0.75, training[int(closest.argmax())].question
 
 
 def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
