@@ -137,23 +137,16 @@ def add_eval_commands(ev: Any) -> None:
     s.add_argument("--index", type=Path)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_eval_doctor)
-    s = ev.add_parser("train-adapter", help="fit the query adapter on the tune split (writes app/query_adapter.npz); then train-ranker")
-    s.add_argument("--index", type=Path)
-    s.add_argument("--out", type=Path, help="default: app/query_adapter.npz")
-    s.set_defaults(fn=cmd_train_adapter)
-    s = ev.add_parser("train-memory", help="remember the tune questions and their answering chunks (writes app/question_memory.npz); then train-ranker")
-    s.add_argument("--index", type=Path)
-    s.add_argument("--out", type=Path, help="default: app/question_memory.npz")
-    s.set_defaults(fn=cmd_train_memory)
-    s = ev.add_parser("train-ranker", help="fit the learned re-ranking on the tune split (writes app/ranker.json)")
-    s.add_argument("--index", type=Path)
-    s.add_argument("--out", type=Path, help="default: app/ranker.json")
-    s.set_defaults(fn=cmd_train_ranker)
-    s = ev.add_parser("train-abstention", help="fit the coverage decision on the tune split (writes app/abstention.json)")
-    s.add_argument("--index", type=Path)
-    s.add_argument("--out", type=Path, help="default: app/abstention.json")
-    s.set_defaults(fn=cmd_train_abstention)
-    s = ev.add_parser("train-answer", help="fit the choice of answer units on the tune split (writes app/answer_units.json)")
-    s.add_argument("--index", type=Path)
-    s.add_argument("--out", type=Path, help="default: app/answer_units.json")
-    s.set_defaults(fn=cmd_train_answer)
+    trainers = (
+        ("train-adapter", "fit the query adapter on the tune split (writes {out}); then train-ranker", "app/query_adapter.npz", cmd_train_adapter),
+        ("train-memory", "remember the tune questions and their answering chunks (writes {out}); then train-ranker",
+         "app/question_memory.npz", cmd_train_memory),
+        ("train-ranker", "fit the learned re-ranking on the tune split (writes {out})", "app/ranker.json", cmd_train_ranker),
+        ("train-abstention", "fit the coverage decision on the tune split (writes {out})", "app/abstention.json", cmd_train_abstention),
+        ("train-answer", "fit the choice of answer units on the tune split (writes {out})", "app/answer_units.json", cmd_train_answer),
+    )
+    for name, what, default, fn in trainers:
+        s = ev.add_parser(name, help=what.format(out=default))
+        s.add_argument("--index", type=Path)
+        s.add_argument("--out", type=Path, help=f"default: {default}")
+        s.set_defaults(fn=fn)
