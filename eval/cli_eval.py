@@ -15,12 +15,12 @@ if TYPE_CHECKING:
 
 
 def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
-    from eval.question_set import OUTSIDE_QUESTIONS
+    from eval.question_set import OUTSIDE_B_QUESTIONS, OUTSIDE_QUESTIONS
     from eval.retrieval_eval import format_table, run_retrieval_eval
 
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
-    extra = args.questions if args.questions is not None else (OUTSIDE_QUESTIONS if OUTSIDE_QUESTIONS.is_file() else None)
+    extra = args.questions if args.questions is not None else [p for p in (OUTSIDE_QUESTIONS, OUTSIDE_B_QUESTIONS) if p.is_file()]
     results = run_retrieval_eval(settings, dev=args.dev, extra=extra, baseline=args.baseline)
     if args.json:
         print_json(results)
@@ -126,8 +126,8 @@ def add_eval_commands(ev: Any) -> None:
     """Register the commands on `dsqa eval`'s sub-parsers."""
     s = ev.add_parser("retrieval", help="hit@k, MRR@10, nDCG@10 and mention share: our tune and test splits, the dev set")
     s.add_argument("--dev", type=Path, default=Path("../shared/eval/dev.jsonl"), help="the dev set (skipped when absent)")
-    s.add_argument("--questions", type=Path, help="a further labelled question file, reported as its own set "
-                   "(default: eval/heldout/outside.jsonl, the questions nothing was tuned or trained on)")
+    s.add_argument("--questions", type=Path, action="append", help="a further labelled question file, reported as its own set; "
+                   "repeatable (default: eval/heldout/outside.jsonl and outside_b.jsonl, the questions nothing was tuned or trained on)")
     s.add_argument("--index", type=Path)
     s.add_argument("--baseline", action="store_true", help="also score the peers: BM25 alone, dense alone, RRF")
     s.add_argument("--json", action="store_true")

@@ -28,14 +28,15 @@ def search_fn(retriever: Retriever, index: LoadedIndex, k: int = 10) -> Callable
     return fn
 
 
-def question_sets(questions_dir: Path = QUESTIONS_DIR, dev: Path | None = None, extra: Path | None = None) -> dict[str, list[Question]]:
-    """tune and test (our set, split by id hash), dev when given, and any further file."""
+def question_sets(questions_dir: Path = QUESTIONS_DIR, dev: Path | None = None,
+                  extra: Path | list[Path] | None = None) -> dict[str, list[Question]]:
+    """tune and test (our set, split by id hash), dev when given, and any further files (each a set named by its stem)."""
     ours = load_question_set(questions_dir) if questions_dir.is_dir() else []
     sets: dict[str, list[Question]] = {s: [q for q in ours if split_of(q.id) == s] for s in SPLITS}
     if dev is not None and dev.is_file():
         sets["dev"] = load_questions(dev)
-    if extra is not None:
-        sets[extra.stem] = load_questions(extra)
+    for path in [extra] if isinstance(extra, Path) else extra or []:
+        sets[path.stem] = load_questions(path)
     return {name: qs for name, qs in sets.items() if qs}
 
 
@@ -93,7 +94,7 @@ def held_out_search(retriever: HybridRetriever, index: LoadedIndex, questions: l
     return lambda question: by_text[question](question)
 
 
-def run_retrieval_eval(settings: Settings, *, dev: Path | None = None, extra: Path | None = None,
+def run_retrieval_eval(settings: Settings, *, dev: Path | None = None, extra: Path | list[Path] | None = None,
                        baseline: bool = False, questions_dir: Path = QUESTIONS_DIR) -> dict[str, Any]:
     engine = load_engine(settings)
     if engine.index is None or engine.retriever is None:

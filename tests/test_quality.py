@@ -32,7 +32,7 @@ from eval.answer_quality import (
 from eval.answer_training import train_answer_units
 from eval.memory_training import build_memory
 from eval.metrics import load_questions
-from eval.question_set import OUTSIDE_QUESTIONS, QUESTIONS_DIR, load_split, split_of
+from eval.question_set import OUTSIDE_B_QUESTIONS, OUTSIDE_QUESTIONS, QUESTIONS_DIR, load_split, split_of
 from eval.ranker_training import train_ranker
 from eval.retrieval_eval import format_table, peers, question_sets, score_sets
 from indexer.identifiers import ABBREVIATIONS
@@ -48,7 +48,7 @@ def engine(real_index: Path):  # noqa: ANN201
 
 @pytest.fixture(scope="module")
 def scores(engine, dev_questions: Path) -> dict[str, dict]:
-    results = score_sets(peers(engine), engine.index, question_sets(QUESTIONS_DIR, dev_questions, OUTSIDE_QUESTIONS))
+    results = score_sets(peers(engine), engine.index, question_sets(QUESTIONS_DIR, dev_questions, [OUTSIDE_QUESTIONS, OUTSIDE_B_QUESTIONS]))
     print("\n" + format_table(results))
     return results
 
@@ -87,6 +87,21 @@ def test_floors_on_the_outside_set(scores: dict[str, dict]) -> None:
     assert o["zh"]["hit@5"] >= 0.83
     for name in ("bm25", "dense", "rrf"):
         assert o["all"]["mrr@10"] > scores[name]["outside"]["all"]["mrr@10"], name
+
+
+def test_floors_on_the_second_outside_set(scores: dict[str, dict]) -> None:
+    """`eval/heldout/outside_b.jsonl`: 326 real-user questions from 326 threads no other set uses, one gold phrase
+    each (the split set's have 1.8 on average), written at stop 36 as training-only questions; as training they
+    did not help tune (cross-fitted hit@5 0.893 -> 0.885), so they were never trained on and report only.
+    Measured at landing: hit@1 0.512, hit@5 0.779, MRR@10 0.632, zh hit@5 0.748 (135 zh): well under test's
+    0.902, and under test scored on each question's first gold phrase alone (0.850): the split set flatters
+    the retriever. BM25 alone 0.460, dense alone 0.414, RRF 0.500. Floors about two questions under."""
+    o = scores["shipped"]["outside_b"]
+    assert o["all"]["n"] == 326
+    assert o["all"]["hit@5"] >= 0.77 and o["all"]["hit@1"] >= 0.50 and o["all"]["mrr@10"] >= 0.62
+    assert o["zh"]["hit@5"] >= 0.73
+    for name in ("bm25", "dense", "rrf"):
+        assert o["all"]["hit@5"] > scores[name]["outside_b"]["all"]["hit@5"] + 0.2, name
 
 
 def test_tune_and_test_agree(scores: dict[str, dict]) -> None:

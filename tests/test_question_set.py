@@ -12,6 +12,7 @@ import pytest
 
 from eval.metrics import normalise
 from eval.question_set import (
+    OUTSIDE_B_QUESTIONS,
     OUTSIDE_QUESTIONS,
     QUESTIONS_DIR,
     TRAINING_DIR,
@@ -78,7 +79,9 @@ def test_every_gold_phrase_is_verbatim_in_its_file_and_in_a_passage(real_docs: P
     files: dict[str, str] = {}
     problems = []
     outside = [json.loads(line) for line in OUTSIDE_QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
-    for r in _rows() + outside:
+    outside_b = [json.loads(line) for line in OUTSIDE_B_QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # the second outside set's phrases are 5 to 40 words (mostly whole answering sentences, one per question)
+    for r, (shortest, longest) in [(r, (6, 15)) for r in _rows() + outside] + [(r, (5, 40)) for r in outside_b]:
         for g in r["gold"]:
             path = real_docs / g["path"]
             assert path.is_file(), f"{r['id']}: no file {g['path']}"
@@ -88,7 +91,7 @@ def test_every_gold_phrase_is_verbatim_in_its_file_and_in_a_passage(real_docs: P
                 files[g["path"]] = normalise(re.sub(r"</?[A-Za-z][^<>\n]*>", " ", raw))
             phrase = normalise(g["evidence"])
             words = len(g["evidence"].split())
-            assert 6 <= words <= 15, f"{r['id']}: evidence of {words} words"
+            assert shortest <= words <= longest, f"{r['id']}: evidence of {words} words"
             if phrase not in files[g["path"]]:
                 problems.append(f"{r['id']}: not verbatim in {g['path']}: {g['evidence']!r}")
             elif not any(phrase in p for p in passages):
@@ -145,6 +148,13 @@ def test_the_outside_set_shares_nothing_with_the_split_set() -> None:
     assert Counter(r["lang"] for r in outside)["zh"] >= 20
     assert not any(q.id in {r["id"] for r in outside} for q in load_question_set())
     assert OUTSIDE_QUESTIONS.parent != QUESTIONS_DIR
+    # and the second outside set: its own ids and threads, apart from the first one's and the split set's
+    outside_b = [json.loads(line) for line in OUTSIDE_B_QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(outside_b) >= 300 and len({r["id"] for r in outside_b}) == len(outside_b)
+    assert len({r["origin"] for r in outside_b}) == len(outside_b)  # one question a thread
+    assert {r["id"] for r in outside_b}.isdisjoint({r["id"] for r in rows + outside})
+    assert {r["origin"] for r in outside_b}.isdisjoint({r["origin"] for r in rows + outside})
+    assert Counter(r["lang"] for r in outside_b)["zh"] >= 100
 
 
 def test_questions_dir_holds_only_question_files() -> None:
