@@ -20,7 +20,7 @@ def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
-    extra = args.questions if args.questions is not None else [p for p in (OUTSIDE_QUESTIONS, OUTSIDE_B_QUESTIONS) if p.is_file()]
+    extra = args.questions or [p for p in (OUTSIDE_QUESTIONS, OUTSIDE_B_QUESTIONS) if p.is_file()]
     results = run_retrieval_eval(settings, dev=args.dev, extra=extra, baseline=args.baseline)
     if args.json:
         print_json(results)

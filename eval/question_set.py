@@ -4,9 +4,10 @@ The split is fixed by a hash of each question's id, so it never depends on file 
 questions were added later, or on anyone's choice: every retrieval choice (weights, priors,
 expansions, models, the re-ranker) is made on `tune`; `test` only reports.
 
-The training-only questions (`eval/training/*.jsonl`) hold no text of the docs: each gold phrase is
-stored as the key of its normalised text, its length in characters and its word count (`phrase_key`),
-and found again in the index's passages of the named page when the questions are loaded.
+The training-only questions (`eval/training/*.jsonl`) and the second outside set hold no text of the
+docs: each gold phrase is stored as the key of its normalised text, its length in characters and its
+word count (`phrase_key`), and found again in the index's passages of the named page when the questions
+are loaded (`keyed_question`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import json
 import logging
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from eval.metrics import Question, load_questions, normalise
 from indexer.documents import Chunk
@@ -34,7 +36,7 @@ TRAINING_DIR = Path(__file__).resolve().parent / "training"
 OUTSIDE_QUESTIONS = Path(__file__).resolve().parent / "heldout" / "outside.jsonl"
 # a second such set, 326 real-user questions from threads no other set uses, each with one gold phrase (most
 # of the split set's have two): written as training-only questions, measured not to help as training, kept
-# to report only
+# to report only; its phrases are stored as keys, like the training-only questions' (`load_keyed_questions`)
 OUTSIDE_B_QUESTIONS = Path(__file__).resolve().parent / "heldout" / "outside_b.jsonl"
 Split = Literal["tune", "test"]
 SPLITS: tuple[Split, ...] = ("tune", "test")
@@ -85,13 +87,58 @@ def find_phrase(texts: Iterable[str], key: str, chars: int) -> str | None:
     return None
 
 
+def page_texts(chunks: Iterable[Chunk]) -> dict[str, list[str]]:
+    """Page path -> the normalised texts of its passages: where a keyed phrase is looked for."""
+    texts: dict[str, list[str]] = {}
+    for c in chunks:
+        texts.setdefault(c.path, []).append(normalise(c.text))
+    return texts
+
+
+def keyed_question(row: dict[str, Any], texts: dict[str, list[str]]) -> tuple[Question, int]:
+    """A question whose gold phrases are stored as keys, with the phrases found in `texts` (`page_texts`),
+    and how many no passage of the named page holds (left out)."""
+    found = [find_phrase(texts.get(g["path"], ()), str(g["phrase_key"]), int(g["chars"])) for g in row["gold"]]
+    question = Question(str(row["id"]), str(row["question"]), str(row.get("lang", "en")), str(row.get("topic", "")),
+                        tuple(p for p in found if p), tuple(str(m) for m in row.get("must_mention", [])))
+    return question, found.count(None)
+
+
+def load_keyed_questions(path: Path, chunks: Iterable[Chunk]) -> list[Question]:
+    """A held-out question file in the keyed form (`OUTSIDE_B_QUESTIONS`), its phrases found in `chunks`; a
+    question none of whose phrases a passage holds (another docs version) is left out, with a warning."""
+    texts = page_texts(chunks)
+    questions: list[Question] = []
+    lost = 0
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            question, missing = keyed_question(row, texts)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{n}: not a keyed question ({exc})") from exc
+        lost += missing
+        if question.evidence:
+            questions.append(replace(question, origin=str(row.get("origin", ""))))
+    if lost:
+        log.warning("%d gold phrases of %s are in no passage of these docs: left out", lost, path.name)
+    return questions
+
+
+def load_question_file(path: Path, chunks: Iterable[Chunk]) -> list[Question]:
+    """A further labelled question file in either form: gold phrases as text (`eval.metrics.load_questions`)
+    or as keys (`load_keyed_questions`), told apart by its first question's first gold phrase."""
+    first: dict[str, Any] = next((json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()), {})
+    keyed = any("phrase_key" in g for g in first.get("gold", [])[:1])
+    return load_keyed_questions(path, chunks) if keyed else load_questions(path)
+
+
 def load_training_questions(chunks: Iterable[Chunk], directory: Path = TRAINING_DIR) -> list[Question]:
     """The training-only questions, their gold phrases found in `chunks` (the index's passages) of the
     page each names. A phrase no passage holds any more (another docs version) is dropped, and so is a
     question left with none. Their ids must not be evaluation ids."""
-    texts: dict[str, list[str]] = {}
-    for c in chunks:
-        texts.setdefault(c.path, []).append(normalise(c.text))
+    texts = page_texts(chunks)
     scored = {q.id for q in load_question_set()} if QUESTIONS_DIR.is_dir() else set()
     questions: list[Question] = []
     seen: set[str] = set()
@@ -101,16 +148,13 @@ def load_training_questions(chunks: Iterable[Chunk], directory: Path = TRAINING_
             if not line.strip():
                 continue
             try:
-                d = json.loads(line)
-                found = [find_phrase(texts.get(g["path"], ()), str(g["phrase_key"]), int(g["chars"])) for g in d["gold"]]
-                question = Question(str(d["id"]), str(d["question"]), str(d.get("lang", "en")), str(d.get("topic", "")),
-                                    tuple(p for p in found if p), tuple(str(m) for m in d.get("must_mention", [])))
+                question, missing = keyed_question(json.loads(line), texts)
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"{file}:{n}: not a training question ({exc})") from exc
             if question.id in scored or question.id in seen:
                 raise ValueError(f"{file}:{n}: question id {question.id!r} is already used")
             seen.add(question.id)
-            lost += found.count(None)
+            lost += missing
             if question.evidence:
                 questions.append(question)
     if lost:

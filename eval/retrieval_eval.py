@@ -3,7 +3,7 @@ question set and on the dev set, side by side, from one loaded index and model."
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,8 @@ from app.peer_retrievers import Bm25Retriever, DenseRetriever, RrfRetriever
 from app.retriever import HybridRetriever, Retriever
 from app.settings import Settings
 from eval.metrics import Question, evaluate, load_questions
-from eval.question_set import QUESTIONS_DIR, SPLITS, load_question_set, split_of
+from eval.question_set import QUESTIONS_DIR, SPLITS, load_question_file, load_question_set, split_of
+from indexer.documents import Chunk
 from indexer.store import LoadedIndex
 
 METRICS = ("hit@1", "hit@5", "hit@10", "mrr@10", "ndcg@10", "mention_share", "median_top5_words")
@@ -28,15 +29,17 @@ def search_fn(retriever: Retriever, index: LoadedIndex, k: int = 10) -> Callable
     return fn
 
 
-def question_sets(questions_dir: Path = QUESTIONS_DIR, dev: Path | None = None,
-                  extra: Path | list[Path] | None = None) -> dict[str, list[Question]]:
-    """tune and test (our set, split by id hash), dev when given, and any further files (each a set named by its stem)."""
+def question_sets(questions_dir: Path = QUESTIONS_DIR, dev: Path | None = None, extra: Sequence[Path] = (),
+                  chunks: Iterable[Chunk] = ()) -> dict[str, list[Question]]:
+    """tune and test (our set, split by id hash), dev when given, and any further files, each a set named by
+    its stem (a keyed file's phrases found in `chunks`, the index's passages)."""
     ours = load_question_set(questions_dir) if questions_dir.is_dir() else []
     sets: dict[str, list[Question]] = {s: [q for q in ours if split_of(q.id) == s] for s in SPLITS}
     if dev is not None and dev.is_file():
         sets["dev"] = load_questions(dev)
-    for path in [extra] if isinstance(extra, Path) else extra or []:
-        sets[path.stem] = load_questions(path)
+    chunks = list(chunks)
+    for path in extra:
+        sets[path.stem] = load_question_file(path, chunks)
     return {name: qs for name, qs in sets.items() if qs}
 
 
@@ -94,12 +97,12 @@ def held_out_search(retriever: HybridRetriever, index: LoadedIndex, questions: l
     return lambda question: by_text[question](question)
 
 
-def run_retrieval_eval(settings: Settings, *, dev: Path | None = None, extra: Path | list[Path] | None = None,
+def run_retrieval_eval(settings: Settings, *, dev: Path | None = None, extra: Sequence[Path] = (),
                        baseline: bool = False, questions_dir: Path = QUESTIONS_DIR) -> dict[str, Any]:
     engine = load_engine(settings)
     if engine.index is None or engine.retriever is None:
         raise IndexNotReady(f"no usable index at {settings.index_dir}: build it with `dsqa index`")
-    sets = question_sets(questions_dir, dev, extra)
+    sets = question_sets(questions_dir, dev, extra, engine.index.chunks)
     retrievers = peers(engine) if baseline else {"shipped": engine.retriever}
     return score_sets(retrievers, engine.index, sets)
 

@@ -48,7 +48,8 @@ def engine(real_index: Path):  # noqa: ANN201
 
 @pytest.fixture(scope="module")
 def scores(engine, dev_questions: Path) -> dict[str, dict]:
-    results = score_sets(peers(engine), engine.index, question_sets(QUESTIONS_DIR, dev_questions, [OUTSIDE_QUESTIONS, OUTSIDE_B_QUESTIONS]))
+    results = score_sets(peers(engine), engine.index, question_sets(QUESTIONS_DIR, dev_questions, [OUTSIDE_QUESTIONS, OUTSIDE_B_QUESTIONS],
+                                                                          engine.index.chunks))
     print("\n" + format_table(results))
     return results
 
