@@ -95,13 +95,18 @@ class FittedDecision:
     def scores(self, rows: np.ndarray, vectors: np.ndarray) -> np.ndarray:
         """Scores of new questions (coverage rows and base vectors): their memory columns from this fit's."""
         rows = rows.copy()
-        rows[:, _BEST] = [excess(float(c)) for c in (vectors @ self.memory.T).max(axis=1)]
+        rows[:, _BEST] = _resemblance(vectors @ self.memory.T)
         rows[:, _LEANING] = probe_logit(self.probe, vectors.astype(np.float64))
         return ((rows - self.mean) / self.scale) @ self.weights + self.bias
 
 
 _BEST = COVERAGE_FEATURES.index("refused_best")
 _LEANING = COVERAGE_FEATURES.index("refused_leaning")
+
+
+def _resemblance(cosines: np.ndarray) -> list[float]:
+    """Each row's resemblance to the refusal memory from its cosines with the remembered questions (columns)."""
+    return [excess(float(c)) for c in cosines.max(axis=1)]
 
 
 def fit_decision(pos: np.ndarray, neg: np.ndarray, pos_vectors: np.ndarray, neg_vectors: np.ndarray,
@@ -113,10 +118,10 @@ def fit_decision(pos: np.ndarray, neg: np.ndarray, pos_vectors: np.ndarray, neg_
     from sklearn.linear_model import LogisticRegression
 
     pos, neg = pos.copy(), neg.copy()
-    pos[:, _BEST] = [excess(float(c)) for c in (pos_vectors @ neg_vectors.T).max(axis=1)]
+    pos[:, _BEST] = _resemblance(pos_vectors @ neg_vectors.T)
     among = neg_vectors @ neg_vectors.T
     np.fill_diagonal(among, -np.inf)  # a remembered question does not resemble itself
-    neg[:, _BEST] = [excess(float(c)) for c in among.max(axis=1)]
+    neg[:, _BEST] = _resemblance(among)
     vectors = np.vstack([pos_vectors, neg_vectors]).astype(np.float64)
     leans_out = np.r_[np.zeros(len(pos)), np.ones(len(neg))]
     leaning = crossfit_leaning(vectors, leans_out, ids)

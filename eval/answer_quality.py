@@ -71,8 +71,9 @@ def load_training_unanswerable(directory: Path = TRAINING_UNANSWERABLE) -> list[
     out: list[Unanswerable] = []
     for file in sorted(directory.glob("*.jsonl")) if directory.is_dir() else []:
         for u in load_unanswerable(file):
-            if u.id in scored or any(u.id == o.id for o in out):
+            if u.id in scored:
                 raise ValueError(f"{file}: unanswerable question id {u.id!r} is already used")
+            scored.add(u.id)
             out.append(u)
     return out
 
