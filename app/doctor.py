@@ -27,6 +27,11 @@ MAX_MESSAGE_CHARS = 2_000  # of the error message matched against the catalogue
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RANK = re.compile(r"^\s*\[(?:rank|Rank)\s*\d+\]:?\s?", re.M)
 _EXC_LINE = re.compile(r"^\s*((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Warning)|AssertionError)(?::\s?(.*))?$")
+# an exception written inside prose or a chat message ("... get the `RuntimeError: Unable to ...` error")
+_INLINE_EXC = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):[ \t]+([^`\n]{8,})")
+# a traceback frame inside the deepspeed package, and the source line under it
+_DS_FRAME = re.compile(r'^\s*File "[^"]*?/(deepspeed/[^"]+\.py)", line \d+, in (\w+)\s*$')
+_CALL = re.compile(r"([A-Za-z_]\w*)\s*\(")
 _VERSION = {"deepspeed": re.compile(r"deepspeed(?:\s+version)?[\s:=v(]+(\d+\.\d+\.\d+)", re.I),
             "torch": re.compile(r"torch(?:\s+version)?[\s:=v(]+(\d+\.\d+(?:\.\d+)?)", re.I)}
 
@@ -68,10 +73,37 @@ def _last_error(text: str) -> tuple[str, str]:
         m = _EXC_LINE.match(lines[i])
         if m and not lines[i].startswith(("  File ", "    ")):
             message = (m.group(2) or "").strip()
-            more = [ln.strip() for ln in lines[i + 1:i + 4] if ln.strip() and not ln.lstrip().startswith(("File ", "[", "Traceback"))]
+            more = []  # the message's own further lines: up to a blank line, an indented code line or a frame
+            for ln in lines[i + 1:i + 4]:
+                if not ln.strip() or ln.startswith("    ") or ln.lstrip().startswith(("File ", "[", "Traceback")):
+                    break
+                more.append(ln.strip())
             return m.group(1).rsplit(".", 1)[-1], " ".join([message, *more]).strip()[:MAX_MESSAGE_CHARS]
+    inline = list(_INLINE_EXC.finditer(text))
+    if inline:  # no exception line of its own: the last one the text quotes
+        m = inline[-1]
+        return m.group(1).rsplit(".", 1)[-1], m.group(2).strip().rstrip("'\"")[:MAX_MESSAGE_CHARS]
     tail = [ln.strip() for ln in lines if ln.strip() and ln.isprintable()]
     return "", (tail[-1][:MAX_MESSAGE_CHARS] if tail else "")
+
+
+def cut_off_frame(text: str) -> tuple[str, str, str] | None:
+    """A traceback pasted without its exception line, ending in a frame of deepspeed: (the frame's file,
+    its function, the function its last line calls, '' when none); None for any other text."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    for back in (1, 2):  # the frame line, then (usually) its source line
+        if len(lines) >= back and (m := _DS_FRAME.match(lines[-back])):
+            calls = _CALL.findall(lines[-1]) if back == 2 else []
+            return m.group(1), m.group(2), calls[-1] if calls else ""
+    return None
+
+
+def raised_where(frame: tuple[str, str, str], catalogue: tuple[RaisedError, ...]) -> list[RaisedError]:
+    """The catalogue's raising lines a cut-off traceback points at: those of the function its last line
+    calls (in the frame's file first), else those of the frame's own function."""
+    path, function, called = frame
+    inside = sorted((e for e in catalogue if called and e.function == called), key=lambda e: (e.path != path, e.path, e.line))
+    return inside or [e for e in catalogue if e.path == path and e.function == function]
 
 
 def versions_in(log: str) -> dict[str, str]:
@@ -156,6 +188,37 @@ def known_matches(known: tuple[KnownCause, ...], message: str, text: str) -> tup
     return sorted(in_message, key=lambda t: -len(t[1])), sorted(elsewhere, key=lambda t: -len(t[1]))
 
 
+_TOKEN = re.compile(r"[a-z0-9]+")
+CLOSE_SHARE = 0.75  # of a known cause's text's words that the message must hold, in the same order; chosen on the tune logs
+
+
+def close_known_match(known: tuple[KnownCause, ...], message: str) -> tuple[KnownCause, str] | None:
+    """The known cause one of whose texts the message nearly holds: most of its words (at least three)
+    in order, as when another torch release words the same error a little differently ("'weight' must
+    be 2-D" and "tensors must be 2-D"); the longest such text wins."""
+    words = _TOKEN.findall(message.lower())
+    vocabulary = frozenset(words)
+    best: tuple[int, KnownCause, str] | None = None
+    for k in known:
+        if k.harmless:
+            continue
+        for text in k.matches:
+            theirs = _TOKEN.findall(text.lower())
+            if len(theirs) >= 3 and sum(t in vocabulary for t in theirs) >= CLOSE_SHARE * len(theirs) and _in_order(theirs, words) >= CLOSE_SHARE * len(theirs) and (best is None or len(theirs) > best[0]):
+                best = (len(theirs), k, text)
+    return (best[1], best[2]) if best else None
+
+
+def _in_order(theirs: list[str], words: list[str]) -> int:
+    """How many of `theirs` appear in `words` in the same order (a longest common subsequence)."""
+    row = [0] * (len(words) + 1)
+    for t in theirs:
+        prev = 0
+        for j, w in enumerate(words, 1):
+            prev, row[j] = row[j], max(row[j], row[j - 1], prev + 1 if t == w else 0)
+    return row[-1]
+
+
 KNOWN_SLOTS = 2  # known causes before the catalogue's raising lines
 
 
@@ -175,8 +238,11 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     exact = [e for e, fragment, pattern in _compiled(catalogue) if fragment in flat and pattern.search(flat)]
     exact.sort(key=lambda e: -len(re.sub(r"\{\}", "", e.template)))
     causes: list[Cause]
+    frame = None if exact or exception else cut_off_frame(text)
     if exact:
         matched, causes = "exact", [_cause(e, "this exact message") for e in exact[:3]]
+    elif frame is not None and (where := raised_where(frame, catalogue)):
+        matched, causes = "nearest", [_cause(e, "the traceback is cut off where deepspeed calls this") for e in where[:3]]
     else:
         near = nearest(flat, catalogue)
         if near:
@@ -196,6 +262,9 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     if first:
         causes = first[:KNOWN_SLOTS] + causes
         matched = "exact" if in_message else (matched if matched in ("exact", "nearest") else "nearest")
+    elif (close := close_known_match(known, flat)) is not None:
+        k, seen_text = close
+        causes = [_known_cause(k, line, f"the message is close to `{seen_text}`")] + causes
     elif closest_known is not None and (near_known := closest_known(f"{exception}: {flat}")) is not None:
         k, cosine = near_known
         causes = [_known_cause(k, line, f"the closest known failure to this message, cosine {cosine:.2f}")] + causes

@@ -31,7 +31,7 @@ def cmd_eval_retrieval(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_eval_doctor(args: argparse.Namespace, settings: Settings) -> int:
     from app.engine import load_engine
-    from eval.doctor_eval import run_doctor_eval
+    from eval.doctor_eval import SPLITS, run_doctor_eval
 
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
@@ -41,9 +41,11 @@ def cmd_eval_doctor(args: argparse.Namespace, settings: Settings) -> int:
         print_json(results)
     else:
         for how, report in results.items():
-            for split in ("tune", "test"):
+            for split in SPLITS:
                 r = report[split]
-                print(f"{how:>17} {split:>4} logs {r['logs']:>3}  cause@1 {r['cause_at_1']:.3f}  source in 3 {r['source_in_3']:.3f} "
+                if not r["logs"]:
+                    continue
+                print(f"{how:>17} {split:>9} logs {r['logs']:>3}  cause@1 {r['cause_at_1']:.3f}  source in 3 {r['source_in_3']:.3f} "
                       f"(of {r['raised']})  matched {r['matched']}  median {r['median_ms']} ms")
     return 0
 

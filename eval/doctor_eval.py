@@ -2,7 +2,8 @@
 public GitHub threads, trimmed and anonymised, each with the cause and fix its thread settled on).
 
 Split like the questions, by a hash of the id: every doctor choice is made on `tune`; `test` only
-reports. Per log:
+reports. A second file, `eval/training/error_logs/tune_only.jsonl` (the same fields, from threads the
+first file does not use), is tuning data only: reported as `tune_only`, never split. Per log:
 - cause right: the first cause names at least half of the log's `cause_terms` (title, explanation,
   fix and the titles of its passages);
 - source right (logs whose message the installed deepspeed raises): one of the first three causes
@@ -25,6 +26,8 @@ from eval.question_set import split_of
 from indexer.error_catalogue import RaisedError
 
 ERROR_LOGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "error_logs.jsonl"
+TUNE_ONLY_LOGS = Path(__file__).resolve().parent / "training" / "error_logs" / "tune_only.jsonl"
+SPLITS = ("tune", "tune_only", "test")
 
 
 @dataclass(frozen=True)
@@ -36,16 +39,24 @@ class ErrorLog:
     gold_function: str
     cause_terms: tuple[str, ...]
     category: str
+    split: str  # tune or test by a hash of the id; tune_only for the second file's
 
 
-def load_error_logs(path: Path = ERROR_LOGS) -> list[ErrorLog]:
+def load_error_logs(path: Path = ERROR_LOGS, *, tune_only: bool = False) -> list[ErrorLog]:
+    """The labelled logs of a file; `tune_only`: all of them are tuning data (else split by id)."""
     logs = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             d = json.loads(line)
             logs.append(ErrorLog(d["id"], d["log"], bool(d["raised_in_deepspeed"]), d["gold_file"], d["gold_function"],
-                                 tuple(t.lower() for t in d["cause_terms"]), d["category"]))
+                                 tuple(t.lower() for t in d["cause_terms"]), d["category"],
+                                 "tune_only" if tune_only else split_of(d["id"])))
     return logs
+
+
+def all_error_logs() -> list[ErrorLog]:
+    """The split set and the tune-only logs."""
+    return load_error_logs() + (load_error_logs(TUNE_ONLY_LOGS, tune_only=True) if TUNE_ONLY_LOGS.is_file() else [])
 
 
 def cause_right(log: ErrorLog, result: Diagnosis) -> bool:
@@ -71,11 +82,11 @@ def score_doctor(logs: list[ErrorLog], diagnose: Callable[[str], Diagnosis], by_
     for log in logs:
         started = time.perf_counter()
         result = diagnose(log.log)
-        rows.append({"id": log.id, "split": split_of(log.id), "category": log.category, "raised": log.raised_in_deepspeed,
+        rows.append({"id": log.id, "split": log.split, "category": log.category, "raised": log.raised_in_deepspeed,
                      "cause": cause_right(log, result), "source": source_right(log, result, by_url) if log.raised_in_deepspeed else None,
                      "matched": result.matched, "ms": (time.perf_counter() - started) * 1000})
     report: dict[str, Any] = {}
-    for split in ("tune", "test", "all"):
+    for split in (*SPLITS, "all"):
         part = [r for r in rows if split in ("all", r["split"])]
         raised = [r for r in part if r["raised"]]
         report[split] = {
@@ -98,7 +109,7 @@ def run_doctor_eval(index_dir: Path, retriever: Any, notes_dir: Path | None, log
     from indexer.config_catalogue import deepspeed_version
     from indexer.error_catalogue import ERRORS_FILE, read_error_catalogue
 
-    logs = load_error_logs() if logs is None else logs
+    logs = all_error_logs() if logs is None else logs
     _, entries = read_error_catalogue(index_dir / ERRORS_FILE)
     by_url = {e.url(deepspeed_version()): e for e in entries}
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from indexer.config_catalogue import deepspeed_version
 
 ERRORS_FILE = "errors.jsonl"
-CATALOGUE_VERSION = 3  # what a build caches under: bumped when the catalogue holds more (2: log calls; 3: messages
-# raised through a local name)
+CATALOGUE_VERSION = 4  # what a build caches under: bumped when the catalogue holds more (2: log calls; 3: messages
+# raised through a local name; 4: each message of a conditional expression, and no full stop needed)
 GITHUB_BLOB = "https://github.com/deepspeedai/DeepSpeed/blob/v{version}/{path}#L{line}"
 MIN_LITERAL = 12  # characters of fixed text a pattern needs to be usable
 _HOLE = "\x00"
@@ -63,7 +63,9 @@ def _pattern(template: str) -> str:
     literal = template.replace(_HOLE, "")
     if len(literal.strip()) < MIN_LITERAL:
         return ""
-    parts = [re.escape(" ".join(p.split())) for p in template.split(_HOLE)]
+    parts = [" ".join(p.split()) for p in template.split(_HOLE)]
+    parts[-1] = parts[-1].rstrip(".")  # a message quoted without its full stop still matches
+    parts = [re.escape(p) for p in parts]
     return r"\s*(.+?)\s*".join(parts).replace(r"\ ", r"\s+")
 
 
@@ -98,6 +100,13 @@ def _resolved(message: ast.AST, line: int, assigned: dict[str, list[tuple[int, a
     return message
 
 
+def _alternatives(node: ast.AST) -> list[ast.AST]:
+    """The messages a conditional expression chooses between (`"a" if c else "b"`), else the node."""
+    if isinstance(node, ast.IfExp):
+        return _alternatives(node.body) + _alternatives(node.orelse)
+    return [node]
+
+
 def _entries(tree: ast.AST, rel: str) -> list[RaisedError]:
     out: list[RaisedError] = []
 
@@ -119,8 +128,8 @@ def _entries(tree: ast.AST, rel: str) -> list[RaisedError]:
                   and isinstance(child.value.func, ast.Attribute) and child.value.func.attr in _LOG_LEVELS
                   and ast.unparse(child.value.func.value).split(".")[-1] in _LOGGERS):
                 exception, message = f"logged {_LOG_LEVELS[child.value.func.attr]}", child.value.args[0]
-            if message is not None:
-                template = _message_template(_resolved(message, getattr(child, "lineno", 0), names_in))
+            for choice in _alternatives(_resolved(message, getattr(child, "lineno", 0), names_in)) if message is not None else []:
+                template = _message_template(choice)
                 if template and template.strip(_HOLE + " "):
                     shown = " ".join(template.replace(_HOLE, "{}").split())
                     names = tuple(dict.fromkeys(_NAME.findall(shown + " " + cond)))[:8]

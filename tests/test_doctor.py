@@ -53,6 +53,41 @@ def test_a_message_assigned_to_a_local_name_first_is_catalogued(tmp_path) -> Non
         "Set zero_force_ds_cpu_optimizer to false to go on."  # the last assignment before the raising line
 
 
+def test_each_message_of_a_conditional_is_catalogued_and_matches_without_its_full_stop(tmp_path) -> None:  # noqa: ANN001
+    import re
+
+    package = tmp_path / "deepspeed"
+    package.mkdir()
+    (package / "auto_tp.py").write_text(
+        "def tp_parser(model, injectable):\n"
+        "    assert model.ok, 'AutoTP cannot split this model. Use kernel injection instead.' if injectable \\\n"
+        "        else 'AutoTP cannot split this model. Please provide a policy.'\n"
+    )
+    entries = build_error_catalogue(package)
+    assert [e.template for e in entries] == ["AutoTP cannot split this model. Use kernel injection instead.",
+                                             "AutoTP cannot split this model. Please provide a policy."]
+    assert {e.function for e in entries} == {"tp_parser"}
+    assert re.search(entries[0].pattern, "AutoTP cannot split this model. Use kernel injection instead")  # quoted without it
+    assert not re.search(entries[1].pattern, "AutoTP cannot split this model. Use kernel injection instead")
+
+
+def test_an_error_quoted_in_prose_or_a_cut_off_traceback_is_still_read() -> None:
+    """A chat message that quotes the exception inline; a traceback pasted without its last line, which
+    stops where deepspeed calls the function that raised; a message followed by another frame's code."""
+    prose = ("With nvme offload we get the `RuntimeError: Unable to JIT load the async_io op due to it not being compatible` "
+             "error, libaio-dev is installed.")
+    assert extract_error(prose) == ("RuntimeError", "Unable to JIT load the async_io op due to it not being compatible")
+    cut = ("Traceback (most recent call last):\n"
+           '  File "/opt/venv/lib/python3.10/site-packages/deepspeed/launcher/runner.py", line 349, in parse_inclusion_exclusion\n'
+           "    return parse_resource_filter(active_resources, include_str=inclusion, exclude_str=exclusion)\n")
+    result = diagnose(cut)
+    assert result.matched == "nearest", result.to_json()
+    assert "deepspeed/launcher/runner.py" in result.causes[0].source_url and "`parse_resource_filter`" in result.causes[0].explanation
+    assert diagnose(cut.replace("deepspeed/launcher", "mylib/launcher")).matched != "nearest"  # not deepspeed's frame
+    log = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:784, unhandled system error\n    model = init_deepspeed(self)\n"
+    assert extract_error(log) == ("RuntimeError", "NCCL error in: ProcessGroupNCCL.cpp:784, unhandled system error")
+
+
 @pytest.mark.parametrize(("line", "path"), RAISED, ids=[p[0].split(":")[0].rsplit(".", 1)[-1] + str(i) for i, p in enumerate(RAISED)])
 def test_errors_deepspeed_raised_are_matched_to_their_line(line: str, path: str) -> None:
     log = "\n".join(["[rank3]: Traceback (most recent call last):", '[rank3]:   File "train.py", line 12, in <module>',
@@ -124,17 +159,21 @@ def test_known_causes_parse_and_their_config_fixes_validate() -> None:
 
 
 def test_real_error_logs_are_labelled_against_the_installed_source() -> None:
-    """Each log of the set names the deepspeed file and function that raise its message in 0.19.8."""
+    """Each log of the set, and of the tune-only set, names the deepspeed file and function that raise its
+    message in 0.19.8; the two sets share no id and no thread."""
     import importlib.util
+    import json
     from pathlib import Path
 
-    from eval.doctor_eval import load_error_logs
+    from eval.doctor_eval import ERROR_LOGS, TUNE_ONLY_LOGS, all_error_logs, load_error_logs
 
-    logs = load_error_logs()
+    logs = all_error_logs()
     package = Path(next(iter(importlib.util.find_spec("deepspeed").submodule_search_locations)))  # type: ignore[union-attr]
-    assert len(logs) >= 60 and len({log.id for log in logs}) == len(logs)
+    assert len(load_error_logs()) >= 60 and len(logs) >= 130 and len({log.id for log in logs}) == len(logs)
+    threads = [{json.loads(line)["origin"] for line in f.read_text(encoding="utf-8").splitlines() if line.strip()} for f in (ERROR_LOGS, TUNE_ONLY_LOGS)]
+    assert not threads[0] & threads[1] and len(threads[1]) == len(load_error_logs(TUNE_ONLY_LOGS, tune_only=True))
     raised = [log for log in logs if log.raised_in_deepspeed]
-    assert len(raised) >= 35
+    assert len(raised) >= 60
     for log in raised:
         source = (package / log.gold_file).read_text(encoding="utf-8")
         assert f"def {log.gold_function}(" in source, log.id
