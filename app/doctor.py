@@ -239,10 +239,13 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     exact.sort(key=lambda e: -len(re.sub(r"\{\}", "", e.template)))
     causes: list[Cause]
     frame = None if exact or exception else cut_off_frame(text)
+    where: list[RaisedError] = []
     if exact:
         matched, causes = "exact", [_cause(e, "this exact message") for e in exact[:3]]
     elif frame is not None and (where := raised_where(frame, catalogue)):
         matched, causes = "nearest", [_cause(e, "the traceback is cut off where deepspeed calls this") for e in where[:3]]
+        # the messages those lines raise stand in for the one the log lost, first raise first
+        flat = " | ".join(e.template for e in where)[:MAX_MESSAGE_CHARS]
     else:
         near = nearest(flat, catalogue)
         if near:
@@ -254,14 +257,17 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
         cause.doc_urls = [url for _, url in docs[:3]]
         cause.doc_titles = [title for title, _ in docs[:3]]
     in_message, elsewhere = known_matches(known, f"{exception}: {flat}", text)
+    if where:
+        in_message.sort(key=lambda t: flat.lower().find(t[1].lower()))
     line = causes[0].source_url if matched == "exact" else ""
     # a harmless warning the log shows beside the error is not its cause: listed last
     benign = [_known_cause(k, "", f"the log shows `{seen}`") for k, seen in elsewhere if k.harmless]
-    first = [_known_cause(k, line, f"the log shows `{seen}`") for k, seen in in_message] + \
+    shows = "a message the lines where the traceback stops can raise holds" if where else "the log shows"
+    first = [_known_cause(k, line, f"{shows} `{seen}`") for k, seen in in_message] + \
         [_known_cause(k, "", f"the log shows `{seen}`") for k, seen in elsewhere if not k.harmless]
     if first:
         causes = first[:KNOWN_SLOTS] + causes
-        matched = "exact" if in_message else (matched if matched in ("exact", "nearest") else "nearest")
+        matched = "exact" if in_message and not where else (matched if matched in ("exact", "nearest") else "nearest")
     elif (close := close_known_match(known, flat)) is not None:
         k, seen_text = close
         causes = [_known_cause(k, line, f"the message is close to `{seen_text}`")] + causes

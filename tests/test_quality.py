@@ -55,9 +55,10 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing on the 326-question test split: hit@1 0.666, hit@5 0.902, MRR@10 0.765, zh hit@5
-    0.880, after every learned part was retrained on the index with stop 35's fifteen new known-error sections
-    (stop 34: 0.672 / 0.902 / 0.768 / 0.880, after the retraining on stop 33's sections; before
+    """Measured at landing on the 326-question test split: hit@1 0.666, hit@5 0.899, MRR@10 0.765, zh hit@5
+    0.880, after every learned part was retrained on the index with stop 37's four new known-error sections
+    (one question, rq-b-015, moved from fifth to sixth place; stop 36: 0.666 / 0.902 / 0.765 / 0.880, after the
+    retraining on stop 35's fifteen sections; stop 34: 0.672 / 0.902 / 0.768 / 0.880, after the retraining on stop 33's sections; before
     it 0.666 / 0.902 / 0.764 / 0.880; two stops before that, without the question memory: 0.635 / 0.877 / 0.737 / 0.850). A test question
     is scored with the remembered questions of its own GitHub thread left out (13 test questions have one
     in tune), so the memory counts only for what a new user's question would get from it. Issue 9's
@@ -196,9 +197,10 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at stop 36's landing, on sets no choice was made on. The test split, 326 answerable and 294
-    unanswerable questions: the answer text holds a gold phrase for 69.6% (zh 66.0%); no cited segment is cut
-    (0 of 1552), median 117 words; 79.6% of the unanswerable refused and 1.5% (5) of the answerable. The
+    """Measured at stop 37's landing (the learned parts retrained on four new known-error sections: 69.6% ->
+    69.3% evidence, 0 of 1552 -> 0 of 1551 cut, the rest the same), on sets no choice was made on. The test
+    split, 326 answerable and 294 unanswerable questions: the answer text holds a gold phrase for 69.3% (zh
+    66.0%); no cited segment is cut (0 of 1551), median 116 words; 79.6% of the unanswerable refused and 1.5% (5) of the answerable. The
     outside sets (`eval/heldout/`, 80 and 80, never trained or tuned on): 65.0% evidence, 91.25% refused,
     1.25% (1) of the answerable refused. This stop's change: the coverage decision and its refusal memory also
     learn from 630 training-only unanswerable questions (`eval/training/unanswerable/`, written apart from the
@@ -330,12 +332,16 @@ def test_training_only_unanswerables_are_no_near_copy_of_a_scored_one(engine) ->
 
 def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     """The doctor the front ends call (with retrieval over the real index; `dsqa eval doctor`), measured at
-    landing on the 101 real error logs: test cause right at 1 59.6% of 52 (53.8% without retrieval, the figure
-    tests/test_doctor.py floors; 57.7% with retrieval before the closest known cause by meaning led where the log
-    shows no known cause's text: the 7 test logs nothing in the catalogue or the known causes matches get the
-    closest passages' titles instead of no cause), tune 95.9% of 49 either way; the raising line among the first
-    three for 88.0% of the 25 test logs deepspeed raises. Issue 15's 80% is not reached. Paraphrased failures
-    the note covers lead with their known cause; an error nothing is close to does not get one."""
+    landing on the 101 real error logs: test cause right at 1 67.3% of 52 (63.5% without retrieval, the figure
+    tests/test_doctor.py floors), tune 95.9% of 49; the raising line among the first three for 88.0% of the 25
+    test logs deepspeed raises. Stop 37 added 70 tune-only logs (`eval/training/error_logs/tune_only.jsonl`,
+    threads the split set does not use), scored before anything changed at 61.4% cause right and 76.7% source
+    in 3 (of 30); what their misses showed (an exception quoted in prose, a traceback cut off inside deepspeed,
+    a message followed by code, a conditional message, a message without its full stop, a known cause's text
+    worded a little differently, and four known-error sections plus wording in seven) took them to 90.0% and
+    90.0%, and test from 59.6% to 67.3% (nothing was chosen on test). Before (stop 36): 59.6%, 53.8% without
+    retrieval. Issue 15's 80% is not reached. Paraphrased failures the note covers lead with their known
+    cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
     from eval.doctor_eval import run_doctor_eval
 
@@ -344,8 +350,9 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     print(results["shipped"]["test"], results["without_retrieval"]["test"])
     shipped, bare = results["shipped"], results["without_retrieval"]
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
-    assert shipped["test"]["cause_at_1"] >= 0.57 and shipped["test"]["source_in_3"] >= 0.85
+    assert shipped["test"]["cause_at_1"] >= 0.65 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
+    assert shipped["tune_only"]["logs"] == 70 and shipped["tune_only"]["cause_at_1"] >= 0.85 and shipped["tune_only"]["source_in_3"] >= 0.85
     from app.doctor import diagnose_with
 
     def first_cause(message: str) -> str:
