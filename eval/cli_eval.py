@@ -134,7 +134,7 @@ def add_eval_commands(ev: Any) -> None:
     s.add_argument("--baseline", action="store_true", help="also score the peers: BM25 alone, dense alone, RRF")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_eval_retrieval)
-    s = ev.add_parser("doctor", help="the error doctor on the real error logs (tests/data/error_logs.jsonl): cause right at 1 and "
+    s = ev.add_parser("doctor", help="the error doctor on the real error logs (tests/data/error_logs.jsonl, and the tune-only ones): cause right at 1 and "
                       "the raising line in the first 3, tune and test, as shipped (with retrieval) and without retrieval")
     s.add_argument("--index", type=Path)
     s.add_argument("--json", action="store_true")
