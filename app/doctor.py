@@ -219,6 +219,13 @@ def _in_order(theirs: list[str], words: list[str]) -> int:
     return row[-1]
 
 
+WEAK_EXACT = 0.4  # an exact match whose fixed text is less of the message than this gives way to a close longer one; chosen on the tune logs
+
+
+def _fixed_share(entry: RaisedError, message: str) -> float:
+    return len(re.sub(r"\{\}", "", entry.template)) / max(len(message), 1)
+
+
 KNOWN_SLOTS = 2  # known causes before the catalogue's raising lines
 
 
@@ -240,6 +247,9 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     causes: list[Cause]
     frame = None if exact or exception else cut_off_frame(text)
     where: list[RaisedError] = []
+    if exact and _fixed_share(exact[0], flat) < WEAK_EXACT:  # a short generic pattern ("{} does not match {}"):
+        longer = [e for _, e in nearest(flat, catalogue) if e not in exact[:1]]  # a longer message reworded across versions first
+        exact = longer[:1] + exact
     if exact:
         matched, causes = "exact", [_cause(e, "this exact message") for e in exact[:3]]
     elif frame is not None and (where := raised_where(frame, catalogue)):

@@ -88,6 +88,15 @@ def test_an_error_quoted_in_prose_or_a_cut_off_traceback_is_still_read() -> None
     assert extract_error(log) == ("RuntimeError", "NCCL error in: ProcessGroupNCCL.cpp:784, unhandled system error")
 
 
+def test_a_short_generic_pattern_gives_way_to_a_longer_message_reworded_across_versions() -> None:
+    """An older release's wording (no "DeepSpeed Op Builder:" prefix) matches only a generic "{} does not
+    match {}" pattern exactly; the builder's own check, close in words, comes first."""
+    log = ("Exception: Installed CUDA version 11.0 does not match the version torch was compiled with 10.1, unable to "
+           "compile cuda/cpp extensions without a matching cuda version.")
+    result = diagnose(log)
+    assert result.matched == "exact" and "deepspeed/ops/op_builder/builder.py" in result.causes[0].source_url, result.to_json()
+
+
 @pytest.mark.parametrize(("line", "path"), RAISED, ids=[p[0].split(":")[0].rsplit(".", 1)[-1] + str(i) for i, p in enumerate(RAISED)])
 def test_errors_deepspeed_raised_are_matched_to_their_line(line: str, path: str) -> None:
     log = "\n".join(["[rank3]: Traceback (most recent call last):", '[rank3]:   File "train.py", line 12, in <module>',
@@ -169,11 +178,11 @@ def test_real_error_logs_are_labelled_against_the_installed_source() -> None:
 
     logs = all_error_logs()
     package = Path(next(iter(importlib.util.find_spec("deepspeed").submodule_search_locations)))  # type: ignore[union-attr]
-    assert len(load_error_logs()) >= 60 and len(logs) >= 130 and len({log.id for log in logs}) == len(logs)
+    assert len(load_error_logs()) >= 60 and len(logs) >= 180 and len({log.id for log in logs}) == len(logs)
     threads = [{json.loads(line)["origin"] for line in f.read_text(encoding="utf-8").splitlines() if line.strip()} for f in (ERROR_LOGS, TUNE_ONLY_LOGS)]
     assert not threads[0] & threads[1] and len(threads[1]) == len(load_error_logs(TUNE_ONLY_LOGS, tune_only=True))
     raised = [log for log in logs if log.raised_in_deepspeed]
-    assert len(raised) >= 60
+    assert len(raised) >= 80
     for log in raised:
         source = (package / log.gold_file).read_text(encoding="utf-8")
         assert f"def {log.gold_function}(" in source, log.id
@@ -181,7 +190,7 @@ def test_real_error_logs_are_labelled_against_the_installed_source() -> None:
 
 def test_doctor_on_real_error_logs(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Measured at landing on the test half of 101 real error logs (nothing was chosen on it): the first cause
-    names the thread's cause in 63.5% of 52 (tune: 95.9% of 49; the 70 tune-only logs: 87.1%), up from 53.8%
+    names the thread's cause in 63.5% of 52 (tune: 95.9% of 49; the 136 tune-only logs: 63.2%), up from 53.8%
     at stop 36 by what stop 37's tune-only logs showed (see tests/test_quality.py). The 37 logs added last (err-101..) were
     scored before anything was written for them: 35.1% (tune half 37.5%, test half 33.3%); then eight
     sections for their tune half's causes (Accelerate's "auto", ninja, numactl, a new DeepSpeed on an old

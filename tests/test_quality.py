@@ -339,7 +339,10 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     in 3 (of 30); what their misses showed (an exception quoted in prose, a traceback cut off inside deepspeed,
     a message followed by code, a conditional message, a message without its full stop, a known cause's text
     worded a little differently, and four known-error sections plus wording in seven) took them to 90.0% and
-    90.0%, and test from 59.6% to 67.3% (nothing was chosen on test). Before (stop 36): 59.6%, 53.8% without
+    90.0%, and test from 59.6% to 67.3% (nothing was chosen on test). A second batch of 66 tune-only logs
+    (tune-err-071..) scored before anything was written for it: 40.9% cause right, 73.7% source in 3 (of 19);
+    one mechanism change chosen on it (a short generic exact pattern gives way to a close, longer message):
+    all 136 tune-only logs 66.2% / 85.7% (of 49), test unchanged. Before (stop 36): 59.6%, 53.8% without
     retrieval. Issue 15's 80% is not reached. Paraphrased failures the note covers lead with their known
     cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
@@ -352,7 +355,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
     assert shipped["test"]["cause_at_1"] >= 0.65 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
-    assert shipped["tune_only"]["logs"] == 70 and shipped["tune_only"]["cause_at_1"] >= 0.85 and shipped["tune_only"]["source_in_3"] >= 0.85
+    assert shipped["tune_only"]["logs"] == 136 and shipped["tune_only"]["cause_at_1"] >= 0.64 and shipped["tune_only"]["source_in_3"] >= 0.83
     from app.doctor import diagnose_with
 
     def first_cause(message: str) -> str:
