@@ -55,8 +55,8 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing on the 326-question test split: hit@1 0.666, hit@5 0.899, MRR@10 0.765, zh hit@5
-    0.880, after every learned part was retrained on the index with stop 37's four new known-error sections
+    """Measured at landing on the 326-question test split: hit@1 0.666, hit@5 0.899, MRR@10 0.764, zh hit@5
+    0.880, after every learned part was retrained on the index with stop 37's eleven new known-error sections
     (one question, rq-b-015, moved from fifth to sixth place; stop 36: 0.666 / 0.902 / 0.765 / 0.880, after the
     retraining on stop 35's fifteen sections; stop 34: 0.672 / 0.902 / 0.768 / 0.880, after the retraining on stop 33's sections; before
     it 0.666 / 0.902 / 0.764 / 0.880; two stops before that, without the question memory: 0.635 / 0.877 / 0.737 / 0.850). A test question
@@ -197,10 +197,11 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at stop 37's landing (the learned parts retrained on four new known-error sections: 69.6% ->
-    69.3% evidence, 0 of 1552 -> 0 of 1551 cut, the rest the same), on sets no choice was made on. The test
-    split, 326 answerable and 294 unanswerable questions: the answer text holds a gold phrase for 69.3% (zh
-    66.0%); no cited segment is cut (0 of 1551), median 116 words; 79.6% of the unanswerable refused and 1.5% (5) of the answerable. The
+    """Measured at stop 37's landing (the learned parts retrained on eleven new known-error sections: evidence
+    69.6% -> 69.0%, refused 79.6% -> 79.25%, answerable refused 5 -> 6; outside evidence 65.0% -> 66.25%,
+    refused 91.25% -> 90.0%), on sets no choice was made on. The test split, 326 answerable and 294
+    unanswerable questions: the answer text holds a gold phrase for 69.0% (zh 66.0%); no cited segment is cut
+    (0 of 1533), median 116 words; 79.6% of the unanswerable refused and 1.5% (5) of the answerable. The
     outside sets (`eval/heldout/`, 80 and 80, never trained or tuned on): 65.0% evidence, 91.25% refused,
     1.25% (1) of the answerable refused. This stop's change: the coverage decision and its refusal memory also
     learn from 630 training-only unanswerable questions (`eval/training/unanswerable/`, written apart from the
@@ -332,7 +333,7 @@ def test_training_only_unanswerables_are_no_near_copy_of_a_scored_one(engine) ->
 
 def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     """The doctor the front ends call (with retrieval over the real index; `dsqa eval doctor`), measured at
-    landing on the 101 real error logs: test cause right at 1 67.3% of 52 (63.5% without retrieval, the figure
+    landing on the 101 real error logs: test cause right at 1 69.2% of 52 (65.4% without retrieval, the figure
     tests/test_doctor.py floors), tune 95.9% of 49; the raising line among the first three for 88.0% of the 25
     test logs deepspeed raises. Stop 37 added 70 tune-only logs (`eval/training/error_logs/tune_only.jsonl`,
     threads the split set does not use), scored before anything changed at 61.4% cause right and 76.7% source
@@ -342,7 +343,8 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     90.0%, and test from 59.6% to 67.3% (nothing was chosen on test). A second batch of 66 tune-only logs
     (tune-err-071..) scored before anything was written for it: 40.9% cause right, 73.7% source in 3 (of 19);
     one mechanism change chosen on it (a short generic exact pattern gives way to a close, longer message):
-    all 136 tune-only logs 66.2% / 85.7% (of 49), test unchanged. Before (stop 36): 59.6%, 53.8% without
+    all 136 tune-only logs 66.2% / 85.7% (of 49), test unchanged; then seven sections and wording in eight
+    for its misses: 75.7% / 85.7%, test 69.2% (65.4% without retrieval). Before (stop 36): 59.6%, 53.8% without
     retrieval. Issue 15's 80% is not reached. Paraphrased failures the note covers lead with their known
     cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
@@ -353,9 +355,9 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     print(results["shipped"]["test"], results["without_retrieval"]["test"])
     shipped, bare = results["shipped"], results["without_retrieval"]
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
-    assert shipped["test"]["cause_at_1"] >= 0.65 and shipped["test"]["source_in_3"] >= 0.85
+    assert shipped["test"]["cause_at_1"] >= 0.67 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
-    assert shipped["tune_only"]["logs"] == 136 and shipped["tune_only"]["cause_at_1"] >= 0.64 and shipped["tune_only"]["source_in_3"] >= 0.83
+    assert shipped["tune_only"]["logs"] == 136 and shipped["tune_only"]["cause_at_1"] >= 0.72 and shipped["tune_only"]["source_in_3"] >= 0.83
     from app.doctor import diagnose_with
 
     def first_cause(message: str) -> str:
