@@ -204,7 +204,10 @@ def close_known_match(known: tuple[KnownCause, ...], message: str) -> tuple[Know
             continue
         for text in k.matches:
             theirs = _TOKEN.findall(text.lower())
-            if len(theirs) >= 3 and sum(t in vocabulary for t in theirs) >= CLOSE_SHARE * len(theirs) and _in_order(theirs, words) >= CLOSE_SHARE * len(theirs) and (best is None or len(theirs) > best[0]):
+            need = CLOSE_SHARE * len(theirs)
+            if len(theirs) < 3 or (best is not None and len(theirs) <= best[0]):
+                continue
+            if sum(t in vocabulary for t in theirs) >= need and _in_order(theirs, words) >= need:  # the cheap test first
                 best = (len(theirs), k, text)
     return (best[1], best[2]) if best else None
 
@@ -222,8 +225,9 @@ def _in_order(theirs: list[str], words: list[str]) -> int:
 WEAK_EXACT = 0.4  # an exact match whose fixed text is less of the message than this gives way to a close longer one; chosen on the tune logs
 
 
-def _fixed_share(entry: RaisedError, message: str) -> float:
-    return len(re.sub(r"\{\}", "", entry.template)) / max(len(message), 1)
+def _fixed_chars(entry: RaisedError) -> int:
+    """How much of a catalogue message is fixed text (its holes left out)."""
+    return len(entry.template.replace("{}", ""))
 
 
 KNOWN_SLOTS = 2  # known causes before the catalogue's raising lines
@@ -243,11 +247,11 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     catalogue = _catalogue(str(index_dir) if index_dir else None)
     flat = " ".join(message[:MAX_MESSAGE_CHARS].split())  # patterns have holes: keep the text they scan short
     exact = [e for e, fragment, pattern in _compiled(catalogue) if fragment in flat and pattern.search(flat)]
-    exact.sort(key=lambda e: -len(re.sub(r"\{\}", "", e.template)))
+    exact.sort(key=lambda e: -_fixed_chars(e))
     causes: list[Cause]
     frame = None if exact or exception else cut_off_frame(text)
     where: list[RaisedError] = []
-    if exact and _fixed_share(exact[0], flat) < WEAK_EXACT:  # a short generic pattern ("{} does not match {}"):
+    if exact and _fixed_chars(exact[0]) < WEAK_EXACT * len(flat):  # a short generic pattern ("{} does not match {}"):
         longer = [e for _, e in nearest(flat, catalogue) if e not in exact[:1]]  # a longer message reworded across versions first
         exact = longer[:1] + exact
     if exact:

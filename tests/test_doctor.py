@@ -33,19 +33,23 @@ def test_the_catalogue_holds_nearly_every_message_with_a_pattern() -> None:
     assert len(entries) > 1000 and with_pattern / len(entries) >= 0.9
 
 
-def test_a_message_assigned_to_a_local_name_first_is_catalogued(tmp_path) -> None:  # noqa: ANN001
+def catalogue_of(tmp_path, name: str, source: str) -> list:  # noqa: ANN001
+    """The error catalogue of a one-module `deepspeed` package holding `source`."""
     package = tmp_path / "deepspeed"
     package.mkdir()
-    (package / "engine.py").write_text(
-        "def configure(opt):\n"
-        "    msg = 'unused here'\n"
-        "    if opt:\n"
-        "        msg = f'You are using ZeRO-Offload with a client provided optimizer ({type(opt)}) which is slow.'\n"
-        "        msg += ' Set zero_force_ds_cpu_optimizer to false to go on.'\n"
-        "        raise RuntimeError(msg)\n"
-        "    raise ValueError(msg)\n"
-    )
-    entries = {e.exception: e for e in build_error_catalogue(package)}
+    (package / name).write_text(source)
+    return build_error_catalogue(package)
+
+
+def test_a_message_assigned_to_a_local_name_first_is_catalogued(tmp_path) -> None:  # noqa: ANN001
+    source = ("def configure(opt):\n"
+              "    msg = 'unused here'\n"
+              "    if opt:\n"
+              "        msg = f'You are using ZeRO-Offload with a client provided optimizer ({type(opt)}) which is slow.'\n"
+              "        msg += ' Set zero_force_ds_cpu_optimizer to false to go on.'\n"
+              "        raise RuntimeError(msg)\n"
+              "    raise ValueError(msg)\n")
+    entries = {e.exception: e for e in catalogue_of(tmp_path, "engine.py", source)}
     assert entries["RuntimeError"].template == ("You are using ZeRO-Offload with a client provided optimizer ({}) which is slow. "
                                                  "Set zero_force_ds_cpu_optimizer to false to go on.")
     assert entries["RuntimeError"].function == "configure" and entries["RuntimeError"].line == 6
@@ -56,14 +60,10 @@ def test_a_message_assigned_to_a_local_name_first_is_catalogued(tmp_path) -> Non
 def test_each_message_of_a_conditional_is_catalogued_and_matches_without_its_full_stop(tmp_path) -> None:  # noqa: ANN001
     import re
 
-    package = tmp_path / "deepspeed"
-    package.mkdir()
-    (package / "auto_tp.py").write_text(
-        "def tp_parser(model, injectable):\n"
-        "    assert model.ok, 'AutoTP cannot split this model. Use kernel injection instead.' if injectable \\\n"
-        "        else 'AutoTP cannot split this model. Please provide a policy.'\n"
-    )
-    entries = build_error_catalogue(package)
+    entries = catalogue_of(tmp_path, "auto_tp.py",
+                           "def tp_parser(model, injectable):\n"
+                           "    assert model.ok, 'AutoTP cannot split this model. Use kernel injection instead.' if injectable \\\n"
+                           "        else 'AutoTP cannot split this model. Please provide a policy.'\n")
     assert [e.template for e in entries] == ["AutoTP cannot split this model. Use kernel injection instead.",
                                              "AutoTP cannot split this model. Please provide a policy."]
     assert {e.function for e in entries} == {"tp_parser"}
