@@ -144,12 +144,15 @@ def _word_sets(catalogue: tuple[RaisedError, ...]) -> tuple[frozenset[str], ...]
 
 
 def nearest(message: str, catalogue: tuple[RaisedError, ...], n: int = 3, cutoff: float = 0.6) -> list[tuple[float, RaisedError]]:
-    """Catalogue messages most of whose words the message holds (a message reworded across versions)."""
+    """Catalogue messages most of whose words the message holds (a message reworded across versions); one
+    whose class-name field names none of its classes is Python's own wording, not that line's."""
     words = frozenset(_WORD.findall(message.lower()))
     if len(words) < 3:
         return []
     scored = []
     for entry, theirs in zip(catalogue, _word_sets(catalogue), strict=True):
+        if entry.classes and not any(c in message for c in entry.classes):
+            continue
         if len(theirs) >= 3:
             score = len(words & theirs) / len(theirs | words) ** 0.5 / len(theirs) ** 0.5
             if score >= cutoff:
@@ -176,7 +179,9 @@ def _known_cause(k: KnownCause, source_url: str, found: str) -> Cause:
 
 def known_matches(known: tuple[KnownCause, ...], message: str, text: str) -> tuple[list[tuple[KnownCause, str]], list[tuple[KnownCause, str]]]:
     """Known causes whose texts the error message holds, then those found elsewhere in the cleaned log;
-    each with the text found, longest first."""
+    each with the text found, longest first. A text that only reports an earlier failure (a follow-up:
+    "Error building extension") found in the message goes after what the log shows elsewhere: the
+    compiler's or linker's own line names the cause."""
     msg, whole = message.lower(), text.lower()
     in_message: list[tuple[KnownCause, str]] = []
     elsewhere: list[tuple[KnownCause, str]] = []
@@ -185,19 +190,30 @@ def known_matches(known: tuple[KnownCause, ...], message: str, text: str) -> tup
             in_message.append((k, seen))
         elif seen := k.found_in(whole):
             elsewhere.append((k, seen))
-    return sorted(in_message, key=lambda t: -len(t[1])), sorted(elsewhere, key=lambda t: -len(t[1]))
+    in_message.sort(key=lambda t: -len(t[1]))
+    elsewhere.sort(key=lambda t: -len(t[1]))
+    specific = [t for t in elsewhere if t[1] not in t[0].follow_ups and not t[0].harmless]
+    if specific and in_message and all(seen in k.follow_ups for k, seen in in_message):
+        specific.sort(key=lambda t: -whole.rfind(t[1].lower()))  # the line nearest the error first
+        return [], specific + in_message + [t for t in elsewhere if t not in specific]
+    return in_message, elsewhere
 
 
 _TOKEN = re.compile(r"[a-z0-9]+")
+# a name in a known cause's text: a CamelCase class (DeepSpeedEngine) or a snake_case / dotted identifier
+_NAMED = re.compile(r"\b[A-Za-z]*[a-z][A-Z][A-Za-z0-9]*\b|\b[A-Za-z0-9]+(?:[_.][A-Za-z0-9]+)+\b")
 CLOSE_SHARE = 0.75  # of a known cause's text's words that the message must hold, in the same order; chosen on the tune logs
 
 
 def close_known_match(known: tuple[KnownCause, ...], message: str) -> tuple[KnownCause, str] | None:
     """The known cause one of whose texts the message nearly holds: most of its words (at least three)
     in order, as when another torch release words the same error a little differently ("'weight' must
-    be 2-D" and "tensors must be 2-D"); the longest such text wins."""
+    be 2-D" and "tensors must be 2-D"), and every name the text holds (a rewording keeps the names of
+    things: "'DeepSpeedEngine' object has no attribute" is not close to "'DummyOptim' object has no
+    attribute"); the longest such text wins."""
     words = _TOKEN.findall(message.lower())
     vocabulary = frozenset(words)
+    lowered = message.lower()
     best: tuple[int, KnownCause, str] | None = None
     for k in known:
         if k.harmless:
@@ -207,7 +223,8 @@ def close_known_match(known: tuple[KnownCause, ...], message: str) -> tuple[Know
             need = CLOSE_SHARE * len(theirs)
             if len(theirs) < 3 or (best is not None and len(theirs) <= best[0]):
                 continue
-            if sum(t in vocabulary for t in theirs) >= need and _in_order(theirs, words) >= need:  # the cheap test first
+            if sum(t in vocabulary for t in theirs) >= need and _in_order(theirs, words) >= need \
+                    and all(n.lower() in lowered for n in _NAMED.findall(text)):  # the cheap tests first
                 best = (len(theirs), k, text)
     return (best[1], best[2]) if best else None
 

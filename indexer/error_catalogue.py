@@ -19,11 +19,14 @@ from pathlib import Path
 from indexer.config_catalogue import deepspeed_version
 
 ERRORS_FILE = "errors.jsonl"
-CATALOGUE_VERSION = 4  # what a build caches under: bumped when the catalogue holds more (2: log calls; 3: messages
-# raised through a local name; 4: each message of a conditional expression, and no full stop needed)
+CATALOGUE_VERSION = 5  # what a build caches under: bumped when the catalogue holds more (2: log calls; 3: messages
+# raised through a local name; 4: each message of a conditional expression, and no full stop needed; 5: the
+# classes a message's own-class field can name)
 GITHUB_BLOB = "https://github.com/deepspeedai/DeepSpeed/blob/v{version}/{path}#L{line}"
 MIN_LITERAL = 12  # characters of fixed text a pattern needs to be usable
 _HOLE = "\x00"
+_OWN_CLASS = "\x01"  # a hole filled with the raising object's class name (`type(self).__name__`)
+_OWN_CLASS_FIELDS = frozenset({"type(self).__name__", "self.__class__.__name__"})
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,10 @@ class RaisedError:
     function: str
     condition: str  # the assert's test, or the `if` the raise sits in
     names: tuple[str, ...]  # config keys and identifiers the message and condition mention
+    # the names its class-name field can take (the raising class and deepspeed's subclasses of it): a
+    # message naming another class is Python's own wording, not this line's (the engine's `__getattr__`
+    # raises "'DeepSpeedEngine' object has no attribute ...", never "'DummyOptim' object ...")
+    classes: tuple[str, ...] = ()
 
     def url(self, version: str) -> str:
         return GITHUB_BLOB.format(version=version, path=self.path, line=self.line)
@@ -46,7 +53,9 @@ def _message_template(node: ast.AST) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
-        return "".join(v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else _HOLE for v in node.values)
+        return "".join(v.value if isinstance(v, ast.Constant) and isinstance(v.value, str)
+                       else _OWN_CLASS if isinstance(v, ast.FormattedValue) and ast.unparse(v.value) in _OWN_CLASS_FIELDS
+                       else _HOLE for v in node.values)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
         left = _message_template(node.left)
         return re.sub(r"%[-+ #0]*\d*(?:\.\d+)?[sdrfgixXe]", _HOLE, left) if left is not None else None
@@ -59,14 +68,20 @@ def _message_template(node: ast.AST) -> str | None:
     return None
 
 
-def _pattern(template: str) -> str:
-    literal = template.replace(_HOLE, "")
+def _pattern(template: str, classes: tuple[str, ...] = ()) -> str:
+    """`classes`: the names an own-class hole may hold (any text without)."""
+    literal = template.replace(_HOLE, "").replace(_OWN_CLASS, "")
     if len(literal.strip()) < MIN_LITERAL:
         return ""
-    parts = [" ".join(p.split()) for p in template.split(_HOLE)]
-    parts[-1] = parts[-1].rstrip(".")  # a message quoted without its full stop still matches
-    parts = [re.escape(p) for p in parts]
-    return r"\s*(.+?)\s*".join(parts).replace(r"\ ", r"\s+")
+    pieces = re.split(f"({_HOLE}|{_OWN_CLASS})", template)  # text, hole, text, ...
+    texts = [" ".join(p.split()) for p in pieces[::2]]
+    texts[-1] = texts[-1].rstrip(".")  # a message quoted without its full stop still matches
+    holes = [r"\s*(" + "|".join(map(re.escape, classes)) + r")\s*" if h == _OWN_CLASS and classes else r"\s*(.+?)\s*"
+             for h in pieces[1::2]]
+    out = re.escape(texts[0]).replace(r"\ ", r"\s+")
+    for hole, text in zip(holes, texts[1:], strict=True):
+        out += hole + re.escape(text).replace(r"\ ", r"\s+")
+    return out
 
 
 # error and warning log calls: a failing run often ends with one (a launcher reporting a killed rank)
@@ -107,12 +122,38 @@ def _alternatives(node: ast.AST) -> list[ast.AST]:
     return [node]
 
 
-def _entries(tree: ast.AST, rel: str) -> list[RaisedError]:
-    out: list[RaisedError] = []
+def _class_families(trees: list[ast.AST]) -> dict[str, tuple[str, ...]]:
+    """Each class name of the package -> itself and the names of its subclasses there (by simple name)."""
+    children: dict[str, set[str]] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                children.setdefault(node.name, set())
+                for base in node.bases:
+                    name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+                    if name:
+                        children.setdefault(name, set()).add(node.name)
+    families: dict[str, tuple[str, ...]] = {}
+    for name in children:
+        seen, todo = {name}, [name]
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in seen:
+                    seen.add(child)
+                    todo.append(child)
+        families[name] = (name, *sorted(seen - {name}))
+    return families
 
-    def visit(node: ast.AST, function: str, condition: str, assigned: dict[str, list[tuple[int, ast.expr]]]) -> None:
+
+def _entries(tree: ast.AST, rel: str, families: dict[str, tuple[str, ...]] | None = None) -> list[RaisedError]:
+    out: list[RaisedError] = []
+    families = families if families is not None else _class_families([tree])
+
+    def visit(node: ast.AST, function: str, condition: str, assigned: dict[str, list[tuple[int, ast.expr]]], owner: str = "") -> None:
         for child in ast.iter_child_nodes(node):
-            fn, cond, names_in = function, condition, assigned
+            fn, cond, names_in, cls = function, condition, assigned, owner
+            if isinstance(child, ast.ClassDef):
+                cls = child.name
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 fn, names_in = child.name, _assigned_messages(child)
             if isinstance(child, ast.If):
@@ -130,11 +171,13 @@ def _entries(tree: ast.AST, rel: str) -> list[RaisedError]:
                 exception, message = f"logged {_LOG_LEVELS[child.value.func.attr]}", child.value.args[0]
             for choice in _alternatives(_resolved(message, getattr(child, "lineno", 0), names_in)) if message is not None else []:
                 template = _message_template(choice)
-                if template and template.strip(_HOLE + " "):
-                    shown = " ".join(template.replace(_HOLE, "{}").split())
+                if template and template.strip(_HOLE + _OWN_CLASS + " "):
+                    classes = families.get(cls, ()) if _OWN_CLASS in template else ()
+                    shown = " ".join(template.replace(_HOLE, "{}").replace(_OWN_CLASS, "{}").split())
                     names = tuple(dict.fromkeys(_NAME.findall(shown + " " + cond)))[:8]
-                    out.append(RaisedError(exception, shown[:400], _pattern(template), rel, getattr(child, "lineno", 0), fn, cond, names))
-            visit(child, fn, cond, names_in)
+                    out.append(RaisedError(exception, shown[:400], _pattern(template, classes), rel, getattr(child, "lineno", 0), fn, cond,
+                                           names, classes))
+            visit(child, fn, cond, names_in, cls)
 
     visit(tree, "<module>", "", {})
     # messages kept in module constants and raised through a variable ({key: message} tables)
@@ -145,7 +188,7 @@ def _entries(tree: ast.AST, rel: str) -> list[RaisedError]:
             for key, value in zip(node.value.keys, node.value.values, strict=False):
                 template = _message_template(value) if value is not None else None
                 if template and len(template) >= 40 and " " in template:
-                    shown = " ".join(template.replace(_HOLE, "{}").split())
+                    shown = " ".join(template.replace(_HOLE, "{}").replace(_OWN_CLASS, "{}").split())
                     label = ast.unparse(key) if key is not None else ""
                     names = tuple(dict.fromkeys(_NAME.findall(shown)))[:8]
                     out.append(RaisedError("", shown[:400], _pattern(template), rel, getattr(value, "lineno", node.lineno), table, f"key {label}", names))
@@ -161,14 +204,14 @@ def build_error_catalogue(package_dir: Path | None = None) -> list[RaisedError]:
         if spec is None or not spec.submodule_search_locations:
             return []
         package_dir = Path(next(iter(spec.submodule_search_locations)))
-    entries: list[RaisedError] = []
+    trees: list[tuple[str, ast.AST]] = []
     for file in sorted(package_dir.rglob("*.py")):
         try:
-            tree = ast.parse(file.read_text(encoding="utf-8", errors="replace"))
+            trees.append((file.relative_to(package_dir.parent).as_posix(), ast.parse(file.read_text(encoding="utf-8", errors="replace"))))
         except (SyntaxError, ValueError):
             continue
-        entries += _entries(tree, file.relative_to(package_dir.parent).as_posix())
-    return entries
+    families = _class_families([tree for _, tree in trees])
+    return [e for rel, tree in trees for e in _entries(tree, rel, families)]
 
 
 def write_error_catalogue(path: Path, entries: list[RaisedError]) -> None:
@@ -185,5 +228,6 @@ def read_error_catalogue(path: Path) -> tuple[dict[str, object], list[RaisedErro
     for line in lines[1:]:
         row = json.loads(line)
         row["names"] = tuple(row.get("names", ()))
+        row["classes"] = tuple(row.get("classes", ()))
         entries.append(RaisedError(**row))
     return head, entries

@@ -1,7 +1,9 @@
 """Known causes of frequent failures: the one reader of `corpus/notes/known-errors.md`.
 
 Each `##` section of that note is one cause: its heading is the title, then lines
-`Matches:` (backquoted texts a log shows when it happens, separated by `|`), `Why:`, `Check:`,
+`Matches:` (backquoted texts a log shows when it happens, separated by `|`; a text followed by
+`(follow-up)` only reports that something failed earlier, such as "Error building extension" after a
+compiler error: a cause the log shows elsewhere goes before it), `Why:`, `Check:`,
 `Fix:` and an optional `Config:` (a ds_config fragment the validator accepts) and `Harmless: yes` (a
 warning that stops nothing). The error doctor (`app/doctor.py`) puts a matching cause before the raising
 line it found in the catalogue; a harmless one only when the error itself is that warning.
@@ -20,6 +22,7 @@ from indexer.markdown import slugify_kramdown
 
 KNOWN_ERRORS_NOTE = "known-errors.md"
 _FIELD = re.compile(r"^(Matches|Why|Check|Fix|Config|Harmless):\s*(.*)$")
+_MATCH = re.compile(r"`([^`]+)`(\s*\(follow-up\))?")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class KnownCause:
     config: dict[str, Any] | None  # the fix as a ds_config fragment, when it is one
     url: str
     harmless: bool = False  # a warning that stops nothing: not the cause of an error elsewhere in the log
+    follow_ups: frozenset[str] = frozenset()  # those of `matches` that only report an earlier failure
 
     def found_in(self, text: str) -> str:
         """The longest of its texts that `text` (lower-cased) holds, or ''."""
@@ -47,7 +51,8 @@ def parse_known_causes(markdown: str, base_url: str = "dsqa://notes/known-errors
             m = _FIELD.match(line.strip())
             if m:
                 fields[m.group(1)] = m.group(2).strip()
-        matches = tuple(t for t in re.findall(r"`([^`]+)`", fields.get("Matches", "")) if t.strip())
+        found = [(t, bool(mark)) for t, mark in _MATCH.findall(fields.get("Matches", "")) if t.strip()]
+        matches = tuple(t for t, _ in found)
         if not matches or "Fix" not in fields:
             raise ValueError(f"known cause {title.strip()!r} needs a Matches line with `texts` and a Fix line")
         config = json.loads(fields["Config"]) if fields.get("Config") else None
@@ -55,7 +60,8 @@ def parse_known_causes(markdown: str, base_url: str = "dsqa://notes/known-errors
         if harmless not in ("yes", "no"):
             raise ValueError(f"known cause {title.strip()!r}: Harmless is yes or no, not {harmless!r}")
         causes.append(KnownCause(title.strip(), matches, fields.get("Why", ""), fields.get("Check", ""), fields["Fix"], config,
-                                 f"{base_url}#{slugify_kramdown(title.strip())}", harmless == "yes"))
+                                 f"{base_url}#{slugify_kramdown(title.strip())}", harmless == "yes",
+                                 frozenset(t for t, follow_up in found if follow_up)))
     return causes
 
 

@@ -71,6 +71,50 @@ def test_each_message_of_a_conditional_is_catalogued_and_matches_without_its_ful
     assert not re.search(entries[1].pattern, "AutoTP cannot split this model. Use kernel injection instead")
 
 
+def test_a_class_name_field_matches_only_the_raising_class_and_its_subclasses(tmp_path) -> None:  # noqa: ANN001
+    """`raise AttributeError(f"'{type(self).__name__}' object ...")` in a class: its pattern takes that class
+    and deepspeed's subclasses of it, not any class (Python words its own AttributeError the same way), and
+    the doctor calls such a message neither exact nor near that line."""
+    import re
+
+    source = ("class DeepSpeedEngine:\n"
+              "    def __getattr__(self, name):\n"
+              "        raise AttributeError(f\"'{type(self).__name__}' object has no attribute '{name}'\")\n"
+              "class PipelineEngine(DeepSpeedEngine):\n"
+              "    pass\n")
+    (entry,) = catalogue_of(tmp_path, "engine.py", source)
+    assert entry.template == "'{}' object has no attribute '{}'" and entry.classes == ("DeepSpeedEngine", "PipelineEngine")
+    assert re.search(entry.pattern, "'PipelineEngine' object has no attribute 'set_batch_fn'")
+    assert not re.search(entry.pattern, "'DummyOptim' object has no attribute 'step'")
+    shipped = {e.path: e for e in build_error_catalogue() if e.template == "'{}' object has no attribute '{}'"}
+    assert "DeepSpeedEngine" in shipped["deepspeed/runtime/engine.py"].classes
+    assert diagnose("AttributeError: 'DummyOptim' object has no attribute 'step'").matched not in ("exact", "nearest")
+    assert diagnose("AttributeError: 'DeepSpeedEngine' object has no attribute 'text_model'").matched == "exact"
+
+
+def test_a_close_known_text_keeps_its_names_and_a_follow_up_gives_way_to_the_line_that_failed() -> None:
+    """A known text is close to a message that holds most of its words in order and every name it holds
+    ('DeepSpeedEngine'); a known text marked `(follow-up)` in the message ("Error building extension")
+    goes after the cause the log shows on an earlier line (the linker's "cannot find -lcurand")."""
+    from app.doctor import close_known_match
+    from corpus import NOTES_DIR
+    from indexer.known_causes import parse_known_causes, read_known_causes
+
+    known = read_known_causes(NOTES_DIR)
+    other_class = close_known_match(known, "AttributeError: 'DummyOptim' object has no attribute 'step'")
+    assert other_class is None or "DeepSpeedEngine" not in other_class[1]
+    close = close_known_match(known, "RuntimeError: tensors must be 2-D")
+    assert close is not None and "2-D" in close[1]
+    (parsed,) = parse_known_causes("## Build\nMatches: `Error building extension` (follow-up) | `Python.h: No such file`\nFix: f\n")
+    assert parsed.matches == ("Error building extension", "Python.h: No such file") and parsed.follow_ups == {"Error building extension"}
+    log = ("/usr/bin/ld: cannot find -lcurand\ncollect2: error: ld returned 1 exit status\nninja: build stopped: subcommand failed.\n"
+           "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\nRuntimeError: Error building extension 'cpu_adam'")
+    titles = [c.title for c in diagnose(log, known=known).causes]
+    assert "CUDA toolkit are missing" in titles[0] and any("compiler or headers" in t for t in titles[1:]), titles
+    alone = diagnose("RuntimeError: Error building extension 'cpu_adam'", known=known)
+    assert "compiler or headers" in alone.causes[0].title
+
+
 def test_an_error_quoted_in_prose_or_a_cut_off_traceback_is_still_read() -> None:
     """A chat message that quotes the exception inline; a traceback pasted without its last line, which
     stops where deepspeed calls the function that raised; a message followed by another frame's code."""
