@@ -55,8 +55,9 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing on the 326-question test split: hit@1 0.666, hit@5 0.899, MRR@10 0.764, zh hit@5
-    0.880, after every learned part was retrained on the index with stop 37's eleven new known-error sections
+    """Measured at landing on the 326-question test split: hit@1 0.663, hit@5 0.899, MRR@10 0.763, zh hit@5
+    0.880, after every learned part was retrained on the index with stop 38's 26 new known-error sections (one
+    question left first place); stop 37: 0.666 / 0.899 / 0.764 / 0.880, after the retraining on its eleven sections
     (one question, rq-b-015, moved from fifth to sixth place; stop 36: 0.666 / 0.902 / 0.765 / 0.880, after the
     retraining on stop 35's fifteen sections; stop 34: 0.672 / 0.902 / 0.768 / 0.880, after the retraining on stop 33's sections; before
     it 0.666 / 0.902 / 0.764 / 0.880; two stops before that, without the question memory: 0.635 / 0.877 / 0.737 / 0.850). A test question
@@ -74,7 +75,9 @@ def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
 
 def test_floors_on_the_outside_set(scores: dict[str, dict]) -> None:
     """`eval/heldout/outside.jsonl`: 80 real-user questions written after every model was trained and never
-    split, tuned or trained on. Measured at landing: hit@1 0.600, hit@5 0.863, MRR@10 0.715, zh hit@5 0.857
+    split, tuned or trained on. Measured at stop 38's landing (every learned part retrained on the index with
+    its 26 new known-error sections): hit@1 0.575, hit@5 0.863, MRR@10 0.702, zh hit@5 0.857 (one question
+    lost at rank 1). Earlier: hit@1 0.600, hit@5 0.863, MRR@10 0.715, zh hit@5 0.857
     (35 zh), after every learned part was retrained on the index with stop 35's fifteen new known-error
     sections (four questions gained at rank 1, one lost from the top 5); stop 34: 0.550 / 0.875 / 0.693 / 0.886,
     after every learned part was retrained on the index with stop 33's eight new known-error
@@ -95,7 +98,8 @@ def test_floors_on_the_second_outside_set(scores: dict[str, dict]) -> None:
     """`eval/heldout/outside_b.jsonl`: 326 real-user questions from 326 threads no other set uses, one gold phrase
     each (the split set's have 1.8 on average), written at stop 36 as training-only questions; as training they
     did not help tune (cross-fitted hit@5 0.893 -> 0.885), so they were never trained on and report only.
-    Measured at landing: hit@1 0.512, hit@5 0.779, MRR@10 0.632, zh hit@5 0.748 (135 zh): well under test's
+    Measured at landing: hit@1 0.512, hit@5 0.779, MRR@10 0.632, zh hit@5 0.748 (135 zh; stop 38: 0.515 / 0.779 /
+    0.635 / 0.748): well under test's
     0.902, and under test scored on each question's first gold phrase alone (0.850): the split set flatters
     the retriever. BM25 alone 0.460, dense alone 0.414, RRF 0.500. Floors about two questions under."""
     o = scores["shipped"]["outside_b"]
@@ -197,7 +201,9 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at stop 37's landing (the learned parts retrained on eleven new known-error sections: evidence
+    """Measured at stop 38's landing (the learned parts retrained on its 26 new known-error sections): test
+    evidence 69.9% (zh 67.0%), refused 78.9% of 294 at 1.5% (5) of the answerable, 0 cut segments of 1551,
+    median 117 words; outside 66.25% evidence, 88.75% refused at 1.25%. At stop 37's landing (the learned parts retrained on eleven new known-error sections: evidence
     69.6% -> 69.0%, refused 79.6% -> 79.25%, answerable refused 5 -> 6; outside evidence 65.0% -> 66.25%,
     refused 91.25% -> 90.0%), on sets no choice was made on. The test split, 326 answerable and 294
     unanswerable questions: the answer text holds a gold phrase for 69.0% (zh 66.0%); no cited segment is cut
@@ -333,9 +339,15 @@ def test_training_only_unanswerables_are_no_near_copy_of_a_scored_one(engine) ->
 
 def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     """The doctor the front ends call (with retrieval over the real index; `dsqa eval doctor`), measured at
-    landing on the 101 real error logs: test cause right at 1 69.2% of 52 (65.4% without retrieval, the figure
+    landing on the 101 real error logs: test cause right at 1 76.9% of 52 (73.1% without retrieval, the figure
     tests/test_doctor.py floors), tune 95.9% of 49; the raising line among the first three for 88.0% of the 25
-    test logs deepspeed raises. Stop 37 added 70 tune-only logs (`eval/training/error_logs/tune_only.jsonl`,
+    test logs deepspeed raises. Stop 38 added three batches of tune-only logs (69, 56 and 55; tune-err-137..353),
+    each scored before anything was written for it: 46.4%, 71.4% and 41.7% (48 of the third) cause right; what
+    their misses showed (a known text close to a message only when the message holds its names; texts marked
+    `(follow-up)`, such as "Error building extension", giving way to the line the log shows earlier; the
+    catalogue's class-name field matching only the raising class and its subclasses; 26 known-error sections
+    and wording in 27) took the 316 tune-only logs to 79.1% cause right and 82.1% source in 3 (of 84), and
+    test from 69.2% to 76.9% (65.4% -> 73.1% without retrieval; nothing was chosen on test). Stop 37 added 70 tune-only logs (`eval/training/error_logs/tune_only.jsonl`,
     threads the split set does not use), scored before anything changed at 61.4% cause right and 76.7% source
     in 3 (of 30); what their misses showed (an exception quoted in prose, a traceback cut off inside deepspeed,
     a message followed by code, a conditional message, a message without its full stop, a known cause's text
@@ -345,7 +357,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     one mechanism change chosen on it (a short generic exact pattern gives way to a close, longer message):
     all 136 tune-only logs 66.2% / 85.7% (of 49), test unchanged; then seven sections and wording in eight
     for its misses: 75.7% / 85.7%, test 69.2% (65.4% without retrieval). Before (stop 36): 59.6%, 53.8% without
-    retrieval. Issue 15's 80% is not reached. Paraphrased failures the note covers lead with their known
+    retrieval. Issue 15's 80% is not reached (76.9%, two logs short). Paraphrased failures the note covers lead with their known
     cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
     from eval.doctor_eval import run_doctor_eval
@@ -355,9 +367,9 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     print(results["shipped"]["test"], results["without_retrieval"]["test"])
     shipped, bare = results["shipped"], results["without_retrieval"]
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
-    assert shipped["test"]["cause_at_1"] >= 0.67 and shipped["test"]["source_in_3"] >= 0.85
+    assert shipped["test"]["cause_at_1"] >= 0.74 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
-    assert shipped["tune_only"]["logs"] == 136 and shipped["tune_only"]["cause_at_1"] >= 0.72 and shipped["tune_only"]["source_in_3"] >= 0.83
+    assert shipped["tune_only"]["logs"] == 316 and shipped["tune_only"]["cause_at_1"] >= 0.76 and shipped["tune_only"]["source_in_3"] >= 0.80
     from app.doctor import diagnose_with
 
     def first_cause(message: str) -> str:
