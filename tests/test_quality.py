@@ -56,7 +56,7 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
     """Measured at landing on the 326-question test split: hit@1 0.663, hit@5 0.899, MRR@10 0.763, zh hit@5
-    0.880, after every learned part was retrained on the index with stop 38's 26 new known-error sections (one
+    0.880, after every learned part was retrained on the index with stop 38's 19 new known-error sections (one
     question left first place); stop 37: 0.666 / 0.899 / 0.764 / 0.880, after the retraining on its eleven sections
     (one question, rq-b-015, moved from fifth to sixth place; stop 36: 0.666 / 0.902 / 0.765 / 0.880, after the
     retraining on stop 35's fifteen sections; stop 34: 0.672 / 0.902 / 0.768 / 0.880, after the retraining on stop 33's sections; before
@@ -76,7 +76,7 @@ def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
 def test_floors_on_the_outside_set(scores: dict[str, dict]) -> None:
     """`eval/heldout/outside.jsonl`: 80 real-user questions written after every model was trained and never
     split, tuned or trained on. Measured at stop 38's landing (every learned part retrained on the index with
-    its 26 new known-error sections): hit@1 0.575, hit@5 0.863, MRR@10 0.702, zh hit@5 0.857 (one question
+    its 19 new known-error sections): hit@1 0.575, hit@5 0.863, MRR@10 0.702, zh hit@5 0.857 (one question
     lost at rank 1). Earlier: hit@1 0.600, hit@5 0.863, MRR@10 0.715, zh hit@5 0.857
     (35 zh), after every learned part was retrained on the index with stop 35's fifteen new known-error
     sections (four questions gained at rank 1, one lost from the top 5); stop 34: 0.550 / 0.875 / 0.693 / 0.886,
@@ -201,7 +201,7 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at stop 38's landing (the learned parts retrained on its 26 new known-error sections): test
+    """Measured at stop 38's landing (the learned parts retrained on its 19 new known-error sections): test
     evidence 69.9% (zh 67.0%), refused 78.9% of 294 at 1.5% (5) of the answerable, 0 cut segments of 1551,
     median 117 words; outside 66.25% evidence, 88.75% refused at 1.25%. At stop 37's landing (the learned parts retrained on eleven new known-error sections: evidence
     69.6% -> 69.0%, refused 79.6% -> 79.25%, answerable refused 5 -> 6; outside evidence 65.0% -> 66.25%,
@@ -345,8 +345,8 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     each scored before anything was written for it: 46.4%, 71.4% and 41.7% (48 of the third) cause right; what
     their misses showed (a known text close to a message only when the message holds its names; texts marked
     `(follow-up)`, such as "Error building extension", giving way to the line the log shows earlier; the
-    catalogue's class-name field matching only the raising class and its subclasses; 26 known-error sections
-    and wording in 27) took the 316 tune-only logs to 79.1% cause right and 82.1% source in 3 (of 84), and
+    catalogue's class-name field matching only the raising class and its subclasses; 19 known-error sections
+    and wording in 23) took the 316 tune-only logs to 79.1% cause right and 82.1% source in 3 (of 84), and
     test from 69.2% to 76.9% (65.4% -> 73.1% without retrieval; nothing was chosen on test). Stop 37 added 70 tune-only logs (`eval/training/error_logs/tune_only.jsonl`,
     threads the split set does not use), scored before anything changed at 61.4% cause right and 76.7% source
     in 3 (of 30); what their misses showed (an exception quoted in prose, a traceback cut off inside deepspeed,
