@@ -211,9 +211,9 @@ def close_known_match(known: tuple[KnownCause, ...], message: str) -> tuple[Know
     be 2-D" and "tensors must be 2-D"), and every name the text holds (a rewording keeps the names of
     things: "'DeepSpeedEngine' object has no attribute" is not close to "'DummyOptim' object has no
     attribute"); the longest such text wins."""
-    words = _TOKEN.findall(message.lower())
-    vocabulary = frozenset(words)
     lowered = message.lower()
+    words = _TOKEN.findall(lowered)
+    vocabulary = frozenset(words)
     best: tuple[int, KnownCause, str] | None = None
     for k in known:
         if k.harmless:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from indexer.config_catalogue import deepspeed_version
@@ -78,10 +78,13 @@ def _pattern(template: str, classes: tuple[str, ...] = ()) -> str:
     texts[-1] = texts[-1].rstrip(".")  # a message quoted without its full stop still matches
     holes = [r"\s*(" + "|".join(map(re.escape, classes)) + r")\s*" if h == _OWN_CLASS and classes else r"\s*(.+?)\s*"
              for h in pieces[1::2]]
-    out = re.escape(texts[0]).replace(r"\ ", r"\s+")
-    for hole, text in zip(holes, texts[1:], strict=True):
-        out += hole + re.escape(text).replace(r"\ ", r"\s+")
-    return out
+    fixed = [re.escape(t).replace(r"\ ", r"\s+") for t in texts]
+    return fixed[0] + "".join(hole + text for hole, text in zip(holes, fixed[1:], strict=True))
+
+
+def _shown(template: str) -> str:
+    """A template as the catalogue shows it: every hole as `{}`, whitespace single."""
+    return " ".join(template.replace(_HOLE, "{}").replace(_OWN_CLASS, "{}").split())
 
 
 # error and warning log calls: a failing run often ends with one (a launcher reporting a killed rank)
@@ -122,32 +125,32 @@ def _alternatives(node: ast.AST) -> list[ast.AST]:
     return [node]
 
 
-def _class_families(trees: list[ast.AST]) -> dict[str, tuple[str, ...]]:
-    """Each class name of the package -> itself and the names of its subclasses there (by simple name)."""
-    children: dict[str, set[str]] = {}
-    for tree in trees:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef):
-                children.setdefault(node.name, set())
-                for base in node.bases:
-                    name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
-                    if name:
-                        children.setdefault(name, set()).add(node.name)
-    families: dict[str, tuple[str, ...]] = {}
-    for name in children:
-        seen, todo = {name}, [name]
-        while todo:
-            for child in children.get(todo.pop(), ()):
-                if child not in seen:
-                    seen.add(child)
-                    todo.append(child)
-        families[name] = (name, *sorted(seen - {name}))
-    return families
+def _add_subclasses(tree: ast.AST, children: dict[str, set[str]]) -> None:
+    """Record each class a module defines under the simple names of its bases."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+                if name:
+                    children.setdefault(name, set()).add(node.name)
 
 
-def _entries(tree: ast.AST, rel: str, families: dict[str, tuple[str, ...]] | None = None) -> list[RaisedError]:
+def _family(name: str, children: dict[str, set[str]]) -> tuple[str, ...]:
+    """A class name and the names of its subclasses in the package (by simple name)."""
+    seen, todo = {name}, [name]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return (name, *sorted(seen - {name}))
+
+
+def _entries(tree: ast.AST, rel: str) -> tuple[list[RaisedError], list[tuple[int, str]]]:
+    """The module's messages, and (index, template) of those with a class-name field: their `classes`
+    hold only the raising class until the whole package's subclasses are known."""
     out: list[RaisedError] = []
-    families = families if families is not None else _class_families([tree])
+    own_class: list[tuple[int, str]] = []
 
     def visit(node: ast.AST, function: str, condition: str, assigned: dict[str, list[tuple[int, ast.expr]]], owner: str = "") -> None:
         for child in ast.iter_child_nodes(node):
@@ -172,8 +175,10 @@ def _entries(tree: ast.AST, rel: str, families: dict[str, tuple[str, ...]] | Non
             for choice in _alternatives(_resolved(message, getattr(child, "lineno", 0), names_in)) if message is not None else []:
                 template = _message_template(choice)
                 if template and template.strip(_HOLE + _OWN_CLASS + " "):
-                    classes = families.get(cls, ()) if _OWN_CLASS in template else ()
-                    shown = " ".join(template.replace(_HOLE, "{}").replace(_OWN_CLASS, "{}").split())
+                    classes = (cls,) if cls and _OWN_CLASS in template else ()
+                    if classes:
+                        own_class.append((len(out), template))
+                    shown = _shown(template)
                     names = tuple(dict.fromkeys(_NAME.findall(shown + " " + cond)))[:8]
                     out.append(RaisedError(exception, shown[:400], _pattern(template, classes), rel, getattr(child, "lineno", 0), fn, cond,
                                            names, classes))
@@ -188,11 +193,11 @@ def _entries(tree: ast.AST, rel: str, families: dict[str, tuple[str, ...]] | Non
             for key, value in zip(node.value.keys, node.value.values, strict=False):
                 template = _message_template(value) if value is not None else None
                 if template and len(template) >= 40 and " " in template:
-                    shown = " ".join(template.replace(_HOLE, "{}").replace(_OWN_CLASS, "{}").split())
+                    shown = _shown(template)
                     label = ast.unparse(key) if key is not None else ""
                     names = tuple(dict.fromkeys(_NAME.findall(shown)))[:8]
                     out.append(RaisedError("", shown[:400], _pattern(template), rel, getattr(value, "lineno", node.lineno), table, f"key {label}", names))
-    return out
+    return out, own_class
 
 
 def build_error_catalogue(package_dir: Path | None = None) -> list[RaisedError]:
@@ -204,14 +209,22 @@ def build_error_catalogue(package_dir: Path | None = None) -> list[RaisedError]:
         if spec is None or not spec.submodule_search_locations:
             return []
         package_dir = Path(next(iter(spec.submodule_search_locations)))
-    trees: list[tuple[str, ast.AST]] = []
-    for file in sorted(package_dir.rglob("*.py")):
+    entries: list[RaisedError] = []
+    own_class: list[tuple[int, str]] = []  # (index in entries, template) of messages with a class-name field
+    children: dict[str, set[str]] = {}
+    for file in sorted(package_dir.rglob("*.py")):  # one module's tree at a time: the package's trees together take ~150 MB
         try:
-            trees.append((file.relative_to(package_dir.parent).as_posix(), ast.parse(file.read_text(encoding="utf-8", errors="replace"))))
+            tree = ast.parse(file.read_text(encoding="utf-8", errors="replace"))
         except (SyntaxError, ValueError):
             continue
-    families = _class_families([tree for _, tree in trees])
-    return [e for rel, tree in trees for e in _entries(tree, rel, families)]
+        found, own = _entries(tree, file.relative_to(package_dir.parent).as_posix())
+        own_class += [(len(entries) + i, template) for i, template in own]
+        entries += found
+        _add_subclasses(tree, children)
+    for i, template in own_class:  # the raising class's subclasses raise the message too
+        family = _family(entries[i].classes[0], children)
+        entries[i] = replace(entries[i], classes=family, pattern=_pattern(template, family))
+    return entries
 
 
 def write_error_catalogue(path: Path, entries: list[RaisedError]) -> None:
