@@ -2,7 +2,8 @@
 raise it, what they check, and where the docs and our notes speak of it.
 
 The log is cleaned (ANSI colours, `[rank3]:` prefixes), only its tail and error blocks are read
-(bounded), the last exception line is the error. It is matched against the error catalogue of the
+(bounded), the last exception line is the error (in a log with none, the last line that says
+something failed). It is matched against the error catalogue of the
 installed deepspeed (`indexer/error_catalogue.py`): exact patterns first (the longest fixed text
 wins), then the nearest messages, then retrieval over the docs and notes. A known cause whose text the
 log shows comes first; when none does, the known cause closest in meaning to the error (the index's
@@ -26,9 +27,15 @@ MAX_LOG_CHARS = 200_000  # the tail that is read; errors are at the end of a log
 MAX_MESSAGE_CHARS = 2_000  # of the error message matched against the catalogue
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RANK = re.compile(r"^\s*\[(?:rank|Rank)\s*\d+\]:?\s?", re.M)
-_EXC_LINE = re.compile(r"^\s*((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Warning)|AssertionError)(?::\s?(.*))?$")
+_EXC_LINE = re.compile(r"^\s*((?:[A-Za-z_][\w]*\.)*(?:[A-Za-z_]\w*(?:Error|Exception|Exit|Warning)|Exception)|AssertionError)(?::\s?(.*))?$")
 # an exception written inside prose or a chat message ("... get the `RuntimeError: Unable to ...` error")
-_INLINE_EXC = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):[ \t]+([^`\n]{8,})")
+_INLINE_EXC = re.compile(r"((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception)|Exception)):[ \t]+([^`\n]{8,})")
+# a line that says something failed, for a log with no exception line: the last such line is its error
+_FAILURE_LINE = re.compile(r"\b(?:error|failed|fatal|cannot|can't|unable|not found|no such file|not supported|mismatch|undefined symbol|"
+                           r"segmentation fault|killed|abort(?:ed|s)?|exits with return code|timed? ?out|未找到|错误|失败)\b", re.I)
+_NOT_A_FAILURE = re.compile(r"\[(?:INFO|WARNING|WARN|DEBUG)\]|^\s*#")
+# what a log shows after its error that is not one: progress bars, traceback frames and their code lines
+_NOT_AN_ERROR = re.compile(r"^\s*(?:\d+%\||File \"|Traceback \(most recent|[│╰╭❱])|^\s{4}")
 # a traceback frame inside the deepspeed package, and the source line under it
 _DS_FRAME = re.compile(r'^\s*File "[^"]*?/(deepspeed/[^"]+\.py)", line \d+, in (\w+)\s*$')
 _CALL = re.compile(r"([A-Za-z_]\w*)\s*\(")
@@ -75,7 +82,7 @@ def _last_error(text: str) -> tuple[str, str]:
             message = (m.group(2) or "").strip()
             more = []  # the message's own further lines: up to a blank line, an indented code line or a frame
             for ln in lines[i + 1:i + 4]:
-                if not ln.strip() or ln.startswith("    ") or ln.lstrip().startswith(("File ", "[", "Traceback")):
+                if not ln.strip() or ln.lstrip().startswith("[") or _NOT_AN_ERROR.match(ln):
                     break
                 more.append(ln.strip())
             return m.group(1).rsplit(".", 1)[-1], " ".join([message, *more]).strip()[:MAX_MESSAGE_CHARS]
@@ -83,8 +90,11 @@ def _last_error(text: str) -> tuple[str, str]:
     if inline:  # no exception line of its own: the last one the text quotes
         m = inline[-1]
         return m.group(1).rsplit(".", 1)[-1], m.group(2).strip().rstrip("'\"")[:MAX_MESSAGE_CHARS]
-    tail = [ln.strip() for ln in lines if ln.strip() and ln.isprintable()]
-    return "", (tail[-1][:MAX_MESSAGE_CHARS] if tail else "")
+    tail = [ln.strip() for ln in lines if ln.strip() and ln.isprintable() and not _NOT_AN_ERROR.match(ln)]
+    tail = tail or [ln.strip() for ln in lines if ln.strip() and ln.isprintable()]
+    # the last line saying something failed (not a logged warning, a comment or a bare label), else the last line
+    failing = [ln for ln in tail if _FAILURE_LINE.search(ln) and not _NOT_A_FAILURE.search(ln) and len(ln.split()) > 2]
+    return "", ((failing or tail)[-1][:MAX_MESSAGE_CHARS] if tail else "")
 
 
 def cut_off_frame(text: str) -> tuple[str, str, str] | None:
