@@ -359,8 +359,10 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     for its misses: 75.7% / 85.7%, test 69.2% (65.4% without retrieval). Before (stop 36): 59.6%, 53.8% without
     retrieval. Stop 39 added 98 tune-only logs (tune-err-354..485, four threads dropped), scored as they came:
     50.0% cause right, with or without stop 39's one change (a bare `Exception:` line, and the last failing line
-    of a log with no exception line); no section is written for them yet, so all 414 tune-only logs stand at
-    72.5% cause right and 84.0% source in 3 (of 106). Issue 15's 80% is not reached (76.9%, two logs short). Paraphrased failures the note covers lead with their known
+    of a log with no exception line); all 414 tune-only logs stood at 72.5% cause right and 84.0% source in 3
+    (of 106). Stop 40 wrote 14 sections and wording in 10 for their misses: those 98 went 50 -> 82 right, the
+    414 to 80.4% / 84.0%, test unchanged at 76.9% (nothing chosen on it). Issue 15's 80% is not reached (76.9%,
+    two logs short). Paraphrased failures the note covers lead with their known
     cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
     from eval.doctor_eval import run_doctor_eval
@@ -372,7 +374,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
     assert shipped["test"]["cause_at_1"] >= 0.74 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
-    assert shipped["tune_only"]["logs"] == 414 and shipped["tune_only"]["cause_at_1"] >= 0.70 and shipped["tune_only"]["source_in_3"] >= 0.82
+    assert shipped["tune_only"]["logs"] == 414 and shipped["tune_only"]["cause_at_1"] >= 0.78 and shipped["tune_only"]["source_in_3"] >= 0.82
     from app.doctor import diagnose_with
 
     def first_cause(message: str) -> str:
