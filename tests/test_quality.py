@@ -201,11 +201,11 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at stop 41's landing (the learned parts retrained on its 28 new known-error sections): test
-    evidence 70.55% (zh 67.0%), refused 80.3% of 294 at 1.5% (5) of the answerable, 0 cut segments of 1555,
-    median 117 words; outside 63.75% evidence (66.25% before: two of its 80 questions lost their gold phrase
-    with the retrained parts, and none gained one; the parts before the retraining, on the new index, still
-    give 66.25%, but picking them by that figure would tune on a held-out set), 88.75% refused at 2.5% (2).
+    """Measured at stop 41's landing (the learned parts retrained on its 41 new known-error sections): test
+    evidence 69.9% (zh 66.0%), refused 80.3% of 294 at 1.5% (5) of the answerable, 0 cut segments of 1550,
+    median 117 words; outside 65.0% evidence, 88.75% refused at 2.5% (2). (With the first 28 of those sections
+    outside evidence was 63.75%, two questions fewer; the floor below sits one question under 65.0%. The
+    parts are always retrained on the new index: picking them by an outside figure would tune on a held-out set.)
     Measured at stop 38's landing (the learned parts retrained on its 19 new known-error sections): test
     evidence 69.9% (zh 67.0%), refused 78.9% of 294 at 1.5% (5) of the answerable, 0 cut segments of 1551,
     median 117 words; outside 66.25% evidence, 88.75% refused at 1.25%. At stop 37's landing (the learned parts retrained on eleven new known-error sections: evidence
@@ -370,7 +370,12 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     (batch H, tune-err-486..645 with gaps; 16 of its 132 dropped: rebuilt or unsettled logs, threads the question
     sets use), scored before anything was written for them: 30.2% (35 of 116); 28 sections and wording in 19 for
     their misses took them to 87.9% (102), all 530 tune-only logs to 82.3% / 85.0% (of 120), and test from 76.9%
-    to 78.8% (73.1% -> 75.0% without retrieval; nothing chosen on test). Issue 15's 80% is not reached (78.8%,
+    to 78.8% (73.1% -> 75.0% without retrieval; nothing chosen on test). Then 11 sections and wording in six for
+    mechanisms older tune-only misses share two or three times (curand and FP6 symbols, MPI rank check, diffusers
+    pipelines, Trainer.deepspeed, _restore_from_bit16_weights, tensors on two devices, illegal memory access,
+    load_state_dict arguments, pipeline timers, the consolidated 16-bit state dict): 530 -> 87.4%. Batch I, 18
+    logs (tune-err-700..827, the threads left unused are few), scored fresh: 44.4% (8); two sections and wording
+    in five: 15. All 548: 87.4% / 85.2% (of 122); test unchanged at 78.8%. Issue 15's 80% is not reached (78.8%,
     one log short). Paraphrased failures the note covers lead with their known
     cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
@@ -383,7 +388,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
     assert shipped["test"]["cause_at_1"] >= 0.75 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
-    assert shipped["tune_only"]["logs"] == 530 and shipped["tune_only"]["cause_at_1"] >= 0.80 and shipped["tune_only"]["source_in_3"] >= 0.83
+    assert shipped["tune_only"]["logs"] == 548 and shipped["tune_only"]["cause_at_1"] >= 0.85 and shipped["tune_only"]["source_in_3"] >= 0.83
     from app.doctor import diagnose_with
 
     def first_cause(message: str) -> str:
