@@ -201,8 +201,8 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at stop 41's landing (the learned parts retrained on its 41 new known-error sections): test
-    evidence 69.9% (zh 66.0%), refused 80.3% of 294 at 1.5% (5) of the answerable, 0 cut segments of 1550,
+    """Measured at stop 41's landing (the learned parts retrained on its 43 new known-error sections): test
+    evidence 69.9% (zh 66.0%), refused 80.3% of 294 at 1.5% (5) of the answerable, 0 cut segments of 1551,
     median 117 words; outside 65.0% evidence, 88.75% refused at 2.5% (2). (With the first 28 of those sections
     outside evidence was 63.75%, two questions fewer; the floor below sits one question under 65.0%. The
     parts are always retrained on the new index: picking them by an outside figure would tune on a held-out set.)
@@ -375,7 +375,9 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     pipelines, Trainer.deepspeed, _restore_from_bit16_weights, tensors on two devices, illegal memory access,
     load_state_dict arguments, pipeline timers, the consolidated 16-bit state dict): 530 -> 87.4%. Batch I, 18
     logs (tune-err-700..827, the threads left unused are few), scored fresh: 44.4% (8); two sections and wording
-    in five: 15. All 548: 87.4% / 85.2% (of 122); test unchanged at 78.8%. Issue 15's 80% is not reached (78.8%,
+    in five: 15. Then two sections and wording in two for older misses (ZeRO-3 parameter-state assertions,
+    NVMe offload with a GPU optimizer, accelerate's DeepSpeedPlugin). All 548: 88.1% / 85.2% (of 122); test
+    unchanged at 78.8%. Issue 15's 80% is not reached (78.8%,
     one log short). Paraphrased failures the note covers lead with their known
     cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
@@ -388,7 +390,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
     assert shipped["test"]["cause_at_1"] >= 0.75 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
-    assert shipped["tune_only"]["logs"] == 548 and shipped["tune_only"]["cause_at_1"] >= 0.85 and shipped["tune_only"]["source_in_3"] >= 0.83
+    assert shipped["tune_only"]["logs"] == 548 and shipped["tune_only"]["cause_at_1"] >= 0.86 and shipped["tune_only"]["source_in_3"] >= 0.83
     from app.doctor import diagnose_with
 
     def first_cause(message: str) -> str:
