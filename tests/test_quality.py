@@ -377,8 +377,11 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     logs (tune-err-700..827, the threads left unused are few), scored fresh: 44.4% (8); two sections and wording
     in five: 15. Then two sections and wording in two for older misses (ZeRO-3 parameter-state assertions,
     NVMe offload with a GPU optimizer, accelerate's DeepSpeedPlugin). All 548: 88.7% / 85.2% (of 122); test
-    unchanged at 78.8%. Against stop 40's note on the 548 logs (without retrieval): 366 -> 480 right, none worse. Issue 15's 80% is not reached (78.8%,
-    one log short). Paraphrased failures the note covers lead with their known
+    unchanged at 78.8%. Against stop 40's note on the 548 logs (without retrieval): 366 -> 480 right, none worse. Stop 42:
+    17 sections and wording in 12 for mechanisms the remaining tune-only misses show (pinned memory under WSL2,
+    config blocks given plain values, MPI launcher limits, ZeRO-3 defragment, ...) and two broad texts narrowed:
+    548 -> 92.9% / 85.2% (480 -> 508 without retrieval, none worse); test 78.8% (75.0% -> 76.9% without
+    retrieval). Issue 15's 80% is not reached (78.8%, one log short). Paraphrased failures the note covers lead with their known
     cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
     from eval.doctor_eval import run_doctor_eval
@@ -390,7 +393,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
     assert shipped["test"]["cause_at_1"] >= 0.75 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
-    assert shipped["tune_only"]["logs"] == 548 and shipped["tune_only"]["cause_at_1"] >= 0.86 and shipped["tune_only"]["source_in_3"] >= 0.83
+    assert shipped["tune_only"]["logs"] == 548 and shipped["tune_only"]["cause_at_1"] >= 0.90 and shipped["tune_only"]["source_in_3"] >= 0.83
     from app.doctor import diagnose_with
 
     def first_cause(message: str) -> str:
