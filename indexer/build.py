@@ -157,7 +157,7 @@ def build_index(
     cache_dir: Path | None,
     docs_ref: str | None = None,
     progress: bool = True,
-    batch_size: int = 32,
+    batch_size: int = 16,
 ) -> BuildReport:
     start = time.perf_counter()
     documents, missing, root = gather_documents(docs_dir, notes_dir)
@@ -169,11 +169,11 @@ def build_index(
     encoder = query_encoder(embedder, cache_dir)
     few = export_embedder(encoder, embedder)
     texts = [c.search_text for c in chunks]
-    vectors, embedded = embed_with_cache(embedder, texts, [c.id for c in chunks], cache, progress=progress, few=few)
+    vectors, embedded = embed_with_cache(embedder, texts, [c.id for c in chunks], cache, progress=progress, few=few, batch_size=batch_size)
     units, offsets = unit_table(chunks)
     unit_texts = [u.text for chunk_units in units for u in chunk_units]
     keys = [content_hash("unit", t) for t in unit_texts]
-    unit_vectors, embedded_units = embed_with_cache(embedder, unit_texts, keys, cache, progress=progress, few=few)
+    unit_vectors, embedded_units = embed_with_cache(embedder, unit_texts, keys, cache, progress=progress, few=few, batch_size=batch_size)
     embedded += embedded_units
     if cache is not None:
         cache.save()

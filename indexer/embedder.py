@@ -195,7 +195,7 @@ FEW_TEXTS = 64  # up to this many new texts go through `few` (the ONNX export: n
 
 
 def embed_with_cache(embedder: Embedder, texts: list[str], keys: list[str], cache: VectorCache | None, *, progress: bool = False,
-                     few: Embedder | None = None) -> tuple[np.ndarray, int]:
+                     few: Embedder | None = None, batch_size: int = 32) -> tuple[np.ndarray, int]:
     """Embed texts, reusing cached vectors by key (a key names one text: equal keys are embedded once);
     returns (matrix, number of texts newly embedded). `few`, the
     same model another way (its ONNX export), embeds the new texts when there are at most FEW_TEXTS:
@@ -211,7 +211,7 @@ def embed_with_cache(embedder: Embedder, texts: list[str], keys: list[str], cach
     if todo:
         firsts = [rows[0] for rows in todo.values()]
         model = few if few is not None and len(firsts) <= FEW_TEXTS else embedder
-        vectors = model.embed([texts[i] for i in firsts], progress=progress)
+        vectors = model.embed([texts[i] for i in firsts], batch_size=batch_size, progress=progress)
         for (k, rows), v in zip(todo.items(), vectors, strict=True):
             result[rows] = v
             if cache is not None:
