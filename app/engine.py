@@ -173,8 +173,8 @@ def llm_client(settings: Settings, http: httpx.Client | None = None) -> LlmClien
 
 
 def query_embedder(settings: Settings, index_dir: Path) -> Embedder:
-    """The index's ONNX encoder when it has one (no torch at query time; int8 weights unless
-    `query_encoder` is "onnx"), else the model itself."""
+    """The index's ONNX encoder when it has one (no torch at query time; int8 weights when
+    `query_encoder` is "onnx-int8"), else the model itself."""
     if settings.query_encoder in ("onnx", "onnx-int8") and settings.embedding_model is None and has_encoder(index_dir):
         folder = index_dir / ENCODER_DIR
         model_file = INT8_FILE if settings.query_encoder == "onnx-int8" and (folder / INT8_FILE).is_file() else MODEL_FILE

@@ -13,7 +13,7 @@ import pytest
 from app.engine import load_engine
 from app.settings import Settings
 from eval.metrics import load_questions
-from indexer.onnx_encoder import ENCODER_DIR, INT8_FILE, OnnxEmbedder, has_encoder
+from indexer.onnx_encoder import ENCODER_DIR, INT8_FILE, MODEL_FILE, OnnxEmbedder, has_encoder
 
 pytestmark = pytest.mark.slow
 
@@ -47,16 +47,19 @@ def test_answering_imports_neither_torch_nor_deepspeed(real_index: Path) -> None
     assert (real_index / ENCODER_DIR / "model.onnx").stat().st_size > 1_000_000
 
 
-def test_int8_query_encoder_is_served_and_keeps_the_tune_figures(real_index: Path, embedder) -> None:
-    """The default query encoder is the int8 one (about half the time a query, measured in
-    `dsqa bench`); the tune split's hit@5 and MRR@10 stay within one question of full precision."""
+def test_int8_query_encoder_keeps_the_tune_figures(real_index: Path, embedder) -> None:
+    """The int8 query encoder (`query_encoder="onnx-int8"`, faster than full precision) keeps the tune split's
+    hit@5 and MRR@10 within one question of full precision. It is not the default: it moved the hit@5 of
+    8 test and 13 outside_b questions against the torch model (stop 42), and issue 13 wants none moved."""
     from eval.metrics import evaluate
     from eval.question_set import load_split
     from eval.retrieval_eval import search_fn
 
-    served = load_engine(Settings(index_dir=real_index, batch_queries=False))
+    served = load_engine(Settings(index_dir=real_index, batch_queries=False, query_encoder="onnx-int8"))
     full = load_engine(Settings(index_dir=real_index), embedder)
     assert isinstance(served.retriever.embedder, OnnxEmbedder) and served.retriever.embedder.model_file == INT8_FILE  # type: ignore[union-attr]
+    default = load_engine(Settings(index_dir=real_index, batch_queries=False))
+    assert isinstance(default.retriever.embedder, OnnxEmbedder) and default.retriever.embedder.model_file == MODEL_FILE  # type: ignore[union-attr]
     tune = load_split("tune")
     a = evaluate(tune, search_fn(served.retriever, served.index))[1]["all"]  # type: ignore[arg-type]
     b = evaluate(tune, search_fn(full.retriever, full.index))[1]["all"]  # type: ignore[arg-type]
