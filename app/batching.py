@@ -4,7 +4,9 @@ Each `/ask` runs in its own worker thread and asks for one vector; `BatchingEmbe
 request, and one encoder thread takes whatever is waiting (up to `max_batch`) and runs it as one
 batch: a lone question goes at once, and the ones that arrive while a batch runs go together in the
 next. On two cores one batch of eight costs far less than eight single calls. A request that finds `max_pending` already waiting is refused
-(`Overloaded`, answered 503 with Retry-After) instead of queueing for seconds.
+(`Overloaded`, answered 503 with Retry-After) instead of queueing for seconds. The vectors of the last
+`max_cached` distinct questions are kept (least recently used out): a question asked again, by a retry, a
+second front end or the Slack bot answering a repost, is not encoded again.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future
 
 import numpy as np
@@ -38,7 +41,8 @@ def submit_one(embedder: Embedder, text: str) -> Future[np.ndarray]:
 class BatchingEmbedder:
     """An `Embedder` in front of another: single-text calls from many threads become batches."""
 
-    def __init__(self, inner: Embedder, *, max_batch: int = 16, window_ms: float = 0.0, max_pending: int = 256) -> None:
+    def __init__(self, inner: Embedder, *, max_batch: int = 16, window_ms: float = 0.0, max_pending: int = 256,
+                 max_cached: int = 2048) -> None:
         self.inner = inner
         self.name = inner.name
         self.dimension = inner.dimension
@@ -46,6 +50,10 @@ class BatchingEmbedder:
         self.window_s = window_ms / 1000.0
         self.pending: queue.Queue[tuple[str, Future[np.ndarray]]] = queue.Queue(maxsize=max_pending)
         self.batches = 0  # batches run, for tests and metrics
+        self.max_cached = max_cached
+        self.cached: OrderedDict[str, np.ndarray] = OrderedDict()  # question -> its vector, least recent first
+        self.cache_hits = 0
+        self.cache_lock = threading.Lock()
         self.worker = threading.Thread(target=self._run, name="dsqa-encoder", daemon=True)
         self.worker.start()
 
@@ -55,8 +63,17 @@ class BatchingEmbedder:
         return self.submit(texts[0]).result()[None, :]
 
     def submit(self, text: str) -> Future[np.ndarray]:
-        """The vector of one text, to come: the caller works on while the encoder runs."""
+        """The vector of one text, to come: the caller works on while the encoder runs (at once when the
+        text was encoded lately)."""
         future: Future[np.ndarray] = Future()
+        with self.cache_lock:
+            vector = self.cached.get(text)
+            if vector is not None:
+                self.cached.move_to_end(text)
+                self.cache_hits += 1
+        if vector is not None:
+            future.set_result(vector.copy())  # the caller may change its vector; the kept one stays
+            return future
         try:
             self.pending.put_nowait((text, future))
         except queue.Full as exc:
@@ -81,5 +98,16 @@ class BatchingEmbedder:
                     future.set_exception(exc)
                 continue
             self.batches += 1
+            self._remember(batch, vectors)
             for (_, future), vector in zip(batch, vectors, strict=True):
                 future.set_result(vector)
+
+    def _remember(self, batch: list[tuple[str, Future[np.ndarray]]], vectors: np.ndarray) -> None:
+        if self.max_cached <= 0:
+            return
+        with self.cache_lock:
+            for (text, _), vector in zip(batch, vectors, strict=True):
+                self.cached[text] = vector.copy()
+                self.cached.move_to_end(text)
+            while len(self.cached) > self.max_cached:
+                self.cached.popitem(last=False)

@@ -203,7 +203,7 @@ def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: 
     if embedder is None:
         embedder = query_embedder(settings, index.path)
         if settings.batch_queries:
-            embedder = BatchingEmbedder(embedder)
+            embedder = BatchingEmbedder(embedder, max_cached=settings.query_cache_size)
     if index.manifest.get("model") != embedder.name:
         problem = f"index at {settings.index_dir} was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it"
         if strict:

@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     # (faster, but it moves hit@5 of 8 test and 13 outside_b questions against torch, issue 13 wants none moved)
     query_encoder: str = "onnx"  # onnx, onnx-int8, torch
     batch_queries: bool = True  # concurrent questions encoded together (app/batching.py)
+    query_cache_size: int = 2048  # vectors of the latest distinct questions kept (with batch_queries); 0: none
     encoder_threads: int = 2  # onnxruntime threads per query (2 cores: 9 ms against 16 ms with one)
     embed_batch_size: int = 16  # texts per encoder call at index time: 16 was 4% faster than 32 on 2 cores (bf16), 64 and up slower
     # the index build's passages in bf16 where the CPU has native bf16 (2.9x faster; vectors within

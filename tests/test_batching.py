@@ -64,3 +64,21 @@ def test_a_full_queue_is_refused_not_queued() -> None:
     assert errors and errors[0].status_code == 503
     with pytest.raises(Overloaded):
         raise errors[0]
+
+
+def test_a_question_asked_again_is_not_encoded_again_and_the_cache_is_bounded() -> None:
+    inner = SlowHash()
+    batcher = BatchingEmbedder(inner, max_cached=2)
+    first = batcher.embed(["how do I enable zero stage 3?"])
+    first[0, 0] = 99.0  # a caller changing its copy does not change what is kept
+    again = batcher.embed(["how do I enable zero stage 3?"])
+    assert len(inner.calls) == 1 and batcher.cache_hits == 1
+    assert np.allclose(again, HashEmbedder(64).embed(["how do I enable zero stage 3?"]))
+    batcher.embed(["question b"])
+    batcher.embed(["question c"])  # the cache keeps two: the first question is dropped
+    batcher.embed(["how do I enable zero stage 3?"])
+    assert len(inner.calls) == 4 and batcher.cache_hits == 1
+    off = BatchingEmbedder(SlowHash(), max_cached=0)
+    off.embed(["x"])
+    off.embed(["x"])
+    assert len(off.inner.calls) == 2 and off.cache_hits == 0  # type: ignore[attr-defined]
