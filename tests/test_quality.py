@@ -383,7 +383,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     in five: 15. Then two sections and wording in two for older misses (ZeRO-3 parameter-state assertions,
     NVMe offload with a GPU optimizer, accelerate's DeepSpeedPlugin). All 548: 88.7% / 85.2% (of 122); test
     unchanged at 78.8%. Against stop 40's note on the 548 logs (without retrieval): 366 -> 480 right, none worse. Stop 42:
-    17 sections and wording in 12 for mechanisms the remaining tune-only misses show (pinned memory under WSL2,
+    17 sections and wording in 10 for mechanisms the remaining tune-only misses show (pinned memory under WSL2,
     config blocks given plain values, MPI launcher limits, ZeRO-3 defragment, ...) and two broad texts narrowed:
     548 -> 92.9% / 85.2% (480 -> 508 without retrieval, none worse); test 78.8% (75.0% -> 76.9% without
     retrieval); then the full-precision query encoder (issue 13: no question's hit@5 may move against torch)
