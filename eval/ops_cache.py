@@ -24,6 +24,7 @@ from eval.sandbox import run_sandboxed
 log = logging.getLogger(__name__)
 
 CPU_ENGINE_OPS = ("deepspeed_shm_comm", "cpu_adam", "fused_adam")  # what deepspeed.initialize loads on a CPU
+CUDA_ENGINE_OPS = ("fused_adam", "cpu_adam")  # on a GPU: Adam on the GPU, and Adam for CPU offload
 PCH_OPS = ("async_io",)  # the ops whose many torch-including files gain from a PCH (`eval/op_compiler.py`)
 BUILD_TIMEOUT_S = 900.0  # async_io alone takes ~175 s on two cores (~300 s without its PCH)
 BUILD_MEMORY_MB = 8192
@@ -91,7 +92,10 @@ class OpsCache:
             self._tried.update(todo)
             work = self.directory / f".build-{os.getpid()}-{threading.get_ident()}"
             try:
-                result = run_sandboxed([sys.executable, "-c", _BUILD, *todo], timeout_s=BUILD_TIMEOUT_S, memory_mb=BUILD_MEMORY_MB,
+                # CUDA reserves far more address space than it uses (a builder reads the GPU's arch), so
+                # the address-space cap applies to a CPU build only, as for the runs themselves
+                memory_mb = None if env.get("DS_ACCELERATOR") == "cuda" else BUILD_MEMORY_MB
+                result = run_sandboxed([sys.executable, "-c", _BUILD, *todo], timeout_s=BUILD_TIMEOUT_S, memory_mb=memory_mb,
                                        env={**env, **self.compiler_env(work, env)}, keep_rw=str(self.directory), isolate=isolate)
             finally:
                 shutil.rmtree(work, ignore_errors=True)  # the PCHs (~0.8 GB each) serve one build only

@@ -152,7 +152,8 @@ printf 'root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$R/etc/group"
 mkdir -p "$R/dev" "$R/proc" "$R/dev/shm"
 for n in null zero full random urandom tty; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
-for n in /dev/nvidia*; do if [ -e "$n" ]; then touch "$R$n"; mount --bind "$n" "$R$n"; fi; done
+for n in /dev/nvidia*; do  # the GPU's nodes; /dev/nvidia-caps is a folder of them
+  if [ -d "$n" ]; then mkdir -p "$R$n"; mount --rbind "$n" "$R$n"; elif [ -e "$n" ]; then touch "$R$n"; mount --bind "$n" "$R$n"; fi; done
 mount -t tmpfs -o size=512m,mode=1777 tmpfs "$R/dev/shm"
 mount -t proc proc "$R/proc"
 if [ -n "$KEEP_RW" ] && [ -d "$KEEP_RW" ]; then mkdir -p "$R$KEEP_RW"; mount --bind "$KEEP_RW" "$R$KEEP_RW"; fi
