@@ -4,6 +4,7 @@ Slack, the web page, /metrics). Heavy parts load once, in the lifespan."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import hmac
 import json
 import logging
@@ -81,6 +82,10 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         else:
             app.state.engine = engine
         await run_in_threadpool(app.state.engine.warm)  # before /readyz says ready: the first questions cost no more than later ones
+        # the loaded index is ~150k long-lived objects: a full collection walked them all (~70 ms, a
+        # request's p99) though none of them is garbage; frozen, the collector skips them
+        gc.collect()
+        gc.freeze()
         set_index_chunks(len(app.state.engine.index.chunks) if app.state.engine.index is not None else 0)
         verifier = None
         if settings.verify_in_background and app.state.engine.index is not None:
@@ -197,6 +202,9 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             return JSONResponse(status_code=409, content={"error": "index_unusable", "message": f"not reloaded: {fresh.problem}"})
         await run_in_threadpool(fresh.warm)
         request.app.state.engine = fresh
+        gc.unfreeze()  # the old engine's objects are collectable again; the new one's are frozen
+        gc.collect()
+        gc.freeze()
         set_index_chunks(len(fresh.index.chunks))
         return JSONResponse(status_code=200, content={"status": "reloaded", "index": fresh.index.summary()})
 
