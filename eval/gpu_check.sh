@@ -105,11 +105,19 @@ if caps.cuda:
         return {"isolate": isolate, "isolation": r.isolation, "returncode": r.returncode, "timed_out": r.timed_out,
                 "seconds": r.duration_s, "stdout": head_tail(r.stdout), "stderr": head_tail(r.stderr)}
 
-    with ThreadPoolExecutor(2) as pool:
+    # and a snippet that fails after its NCCL group started must read as a failure, at once (the drivers
+    # leave without the teardown a NCCL group can hang in), not as a timeout
+    BOOM = RunRequest(kind="python", timeout_s=60, code='import torch, deepspeed\ndeepspeed.init_distributed()\n'
+                      'x = torch.ones(2, device="cuda")\ntorch.distributed.all_reduce(x)\nraise RuntimeError("stops after the group started")\n')
+    with ThreadPoolExecutor(3) as pool:
+        pending = pool.submit(runner.run, BOOM)
         checks = list(pool.map(preflight, (False, True)))
-    (out / "preflight.json").write_text(json.dumps(checks, indent=2))
+        boom = pending.result()
     summary["preflight"] = {("sandboxed" if c["isolate"] else "plain"): ("passed" if c["returncode"] == 0 else "timeout" if c["timed_out"] else f"exit {c['returncode']}") for c in checks}
+    summary["preflight"]["error_after_group"] = f"{boom.status} in {boom.duration_s} s: {boom.reason[:200]}"
     print("preflight:", summary["preflight"], flush=True)
+    checks.append({"error_after_group": boom.status, "reason": boom.reason, "stderr": head_tail(boom.stderr)})
+    (out / "preflight.json").write_text(json.dumps(checks, indent=2))
     if summary["preflight"]["sandboxed"] != "passed":
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         print("CUDA/NCCL does not work in the sandbox here: no snippet is run (preflight.json says why)")

@@ -87,6 +87,18 @@ def test_a_config_whose_optimizer_spawns_a_process_runs(runner: LocalRunner) -> 
     assert json.loads(r.stdout.split("DSQA_RESULT ", 1)[1].splitlines()[0])["optimizer_steps"] >= 1
 
 
+def test_an_error_after_the_process_group_starts_is_a_failure_with_its_traceback(runner: LocalRunner) -> None:
+    """init_process_group installs torch's own excepthook, which buffers what the hook before it prints:
+    the drivers' hook (print, then leave without the teardown a NCCL group can hang in) must still
+    get the traceback out, and the run ends at once as a failure naming the error."""
+    code = ('import torch, deepspeed\ndeepspeed.init_distributed(dist_backend="gloo")\n'
+            'x = torch.ones(2)\ntorch.distributed.all_reduce(x)\nraise RuntimeError("stops after the group started")\n')
+    r = runner.run(RunRequest(kind="python", code=code, timeout_s=120))
+    assert r.status == "failed" and "RuntimeError: stops after the group started" in r.reason, (r.reason, r.stderr[-2000:])
+    assert 'raise RuntimeError("stops after the group started")' in r.stderr  # the traceback, not the message alone
+    assert r.duration_s < 60 and not any("run again" in a for a in r.adaptations)
+
+
 def test_flops_profiler_snippets_pass(runner: LocalRunner) -> None:
     py = runner.run(RunRequest(kind="python", code=FLOPS_PYTHON, timeout_s=300))
     assert py.status == "passed", py.stderr[-2000:]
