@@ -154,11 +154,13 @@ class LocalRunner:
 
     name = "local"
 
-    def __init__(self, *, extensions_dir: str | None = None, capabilities: Capabilities | None = None, isolate: bool = True) -> None:
+    def __init__(self, *, extensions_dir: str | None = None, capabilities: Capabilities | None = None, isolate: bool = True,
+                 minimal_root: bool = True) -> None:
         self.extensions_dir = extensions_dir or default_extensions_dir()
         self.ops = OpsCache(self.extensions_dir)  # snippets see it copy-on-write; only its build step writes it
         self._caps = capabilities
         self.isolate = isolate
+        self.minimal_root = minimal_root  # False: namespaces over the machine's own read-only file system
 
     @property
     def capabilities(self) -> Capabilities:
@@ -215,6 +217,7 @@ class LocalRunner:
                 # CUDA reserves far more address space than it uses, so RLIMIT_AS is not applied on a GPU
                 prepared.argv, prepared.files, timeout_s=request.timeout_s, memory_mb=None if caps.cuda else request.memory_mb,
                 env=scrub_env(os.environ, extra), keep_cow=self.extensions_dir, isolate=self.isolate,
+                minimal_root=self.minimal_root,
             )
 
         box = run_once()

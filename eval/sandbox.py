@@ -237,12 +237,15 @@ def run_sandboxed(
     keep_rw: str | None = None,
     keep_cow: str | None = None,
     isolate: bool = True,
+    minimal_root: bool = True,
     workdir_parent: str | None = None,
 ) -> SandboxResult:
     """Run argv with cwd in a fresh temp dir holding `files`. Inside, refer to that dir as `.`:
     with namespaces it is mounted at /tmp, without them it is the real temp dir (cwd). `keep_rw`: a
     dir the program may write for real (trusted build steps only); `keep_cow`: a dir it sees
-    writable whose writes stay in the sandbox (an overlay; without namespaces it is simply writable)."""
+    writable whose writes stay in the sandbox (an overlay; without namespaces it is simply writable).
+    `minimal_root` False keeps the namespaces but shows the machine's own (read-only) file system instead
+    of the minimal root: for a device the minimal root lacks something for (the GPU check tries both)."""
     sbx = Path(tempfile.mkdtemp(prefix="dsqa-sbx-", dir=workdir_parent))
     try:
         for name, text in (files or {}).items():
@@ -254,7 +257,7 @@ def run_sandboxed(
         inner_dir = "/tmp" if use_ns else str(sbx)
         child_env = dict(env or {})
         child_env.update({"HOME": inner_dir, "TMPDIR": inner_dir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
-        if use_ns and minimal_root_available():
+        if use_ns and minimal_root and minimal_root_available():
             cmd = ["unshare", "-rnmpf", "--kill-child", "sh", "-c", _MINIMAL_ROOT, "sh", str(sbx), keep_rw or "", _keep_visible(child_env), keep_cow or "", *argv]
             isolation = ["timeout", "env_allowlist", "temp_cwd", "no_network", "private_tmp", "read_only_fs", "pid_namespace", "minimal_root"]
         elif use_ns:

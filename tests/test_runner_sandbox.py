@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from eval.runner import LocalRunner, RunRequest
-from eval.sandbox import namespaces_available
+from eval.sandbox import minimal_root_available, namespaces_available, run_sandboxed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -174,6 +174,19 @@ def test_the_host_is_not_there_to_read(runner: LocalRunner) -> None:
     if "minimal_root" not in r.isolation:
         pytest.skip("no minimal root here: the host is read-only to a snippet, not hidden")
     assert "VISIBLE" not in r.stdout and "libraries load" in r.stdout
+
+
+@pytest.mark.skipif(not minimal_root_available(), reason="no minimal root here")
+def test_without_the_minimal_root_the_namespaces_still_hold() -> None:
+    """The GPU check's fallback level: the machine's own file system, read-only, inside the same
+    namespaces (no network, a private /tmp); the result says which level it ran at."""
+    probe = "import os, socket\nprint('shadow', os.path.exists('/etc/shadow'))\nopen('/tmp/mine', 'w').write('x')\n" \
+            "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2); print('network')\nexcept OSError:\n    print('no network')\n"
+    both = {flag: run_sandboxed([sys.executable, "-c", probe], memory_mb=None, minimal_root=flag) for flag in (True, False)}
+    assert all(r.returncode == 0 and "no network" in r.stdout for r in both.values()), {k: v.stderr[-500:] for k, v in both.items()}
+    assert "minimal_root" in both[True].isolation and "shadow False" in both[True].stdout
+    assert "minimal_root" not in both[False].isolation and "pid_namespace" in both[False].isolation
+    assert "shadow True" in both[False].stdout  # the host's files are there to read, read-only
 
 
 @pytest.mark.skipif(not namespaces_available(), reason="no user/net namespaces here: the ops cache is plainly writable")
