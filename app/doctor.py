@@ -64,9 +64,22 @@ class Diagnosis:
         return asdict(self)
 
 
+# the shell's and the C library's own messages as a Chinese-locale machine prints them (glibc's and
+# bash's zh_CN translations), in English: the catalogue and the known causes are written in English
+_LOCALISED = {
+    "未找到命令": "command not found", "没有那个文件或目录": "No such file or directory", "权限不够": "Permission denied",
+    "段错误": "Segmentation fault", "已杀死": "Killed", "地址已在使用": "Address already in use",
+    "连接被拒绝": "Connection refused", "设备上没有空间": "No space left on device", "无法分配内存": "Cannot allocate memory",
+    "连接超时": "Connection timed out", "没有到主机的路由": "No route to host", "核心已转储": "core dumped",
+}
+_LOCALISED_RE = re.compile("|".join(map(re.escape, _LOCALISED)))
+
+
 def clean_log(log: str) -> str:
-    """The log's bounded tail without ANSI colours and `[rank3]:` prefixes."""
-    return _RANK.sub("", _ANSI.sub("", log[-MAX_LOG_CHARS:]))
+    """The log's bounded tail without ANSI colours and `[rank3]:` prefixes, with the shell's and the C
+    library's Chinese-locale messages in English."""
+    text = _RANK.sub("", _ANSI.sub("", log[-MAX_LOG_CHARS:]))
+    return _LOCALISED_RE.sub(lambda m: _LOCALISED[m.group(0)], text) if _LOCALISED_RE.search(text) else text
 
 
 def extract_error(log: str) -> tuple[str, str]:

@@ -157,6 +157,22 @@ def test_extraction_reads_through_ranks_colours_and_versions() -> None:
     assert "from deepspeed 0.16.4" in diagnose(log).causes[0].explanation  # another version than the catalogue's
 
 
+def test_a_chinese_locale_machine_s_shell_and_system_messages_are_read_in_english() -> None:
+    """bash and the C library print their own messages in the machine's language; the catalogue and the
+    known causes are in English."""
+    from corpus import NOTES_DIR
+    from indexer.known_causes import read_known_causes
+
+    known = read_known_causes(NOTES_DIR)
+    port = diagnose("RuntimeError: The server socket has failed to bind to [::]:29500 (errno: 98 - 地址已在使用).", known=known)
+    assert port.error["message"].endswith("(errno: 98 - Address already in use).")
+    launcher = diagnose("bash: deepspeed: 未找到命令", known=known)
+    assert launcher.error["message"] == "bash: deepspeed: command not found" and launcher.matched == "exact"
+    assert "deepspeed" in launcher.causes[0].title.lower() and "not found" in launcher.causes[0].title.lower()
+    disk = diagnose("OSError: [Errno 28] 设备上没有空间", known=known)
+    assert disk.matched == "exact" and "disk" in disk.causes[0].title.lower()
+
+
 def test_a_plain_exception_line_or_the_last_failing_line_is_the_error() -> None:
     """`raise Exception(...)` prints a bare `Exception:` line, and a progress bar after it is not the
     error; a log with no exception line gives the last line that says something failed, not a trailing
