@@ -328,6 +328,8 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     elif closest_known is not None and (near_known := closest_known(f"{exception}: {flat}")) is not None:
         k, cosine = near_known
         causes = [_known_cause(k, line, f"the closest known failure to this message, cosine {cosine:.2f}")] + causes
+    if matched in ("none", "retrieval") and (release := _release_bug(text, seen)) is not None:
+        causes = [release] + causes  # before the passages retrieval found for a message no note or line explains
     if not causes and docs:
         causes = [Cause(title, "not a message the installed deepspeed raises; the closest passage of the docs and notes", "read the passage",
                         doc_urls=[url], doc_titles=[title]) for title, url in docs[:3]]
@@ -339,6 +341,36 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
         for cause in causes:
             cause.explanation += f"; note: the log is from deepspeed {seen['deepspeed']}, the catalogue from {deepspeed_version()}"
     return Diagnosis(error, seen, matched, causes)
+
+
+def _release_bug(text: str, seen: dict[str, str]) -> Cause | None:
+    """For an error no catalogue line and no known cause explains: when the traceback ends inside
+    deepspeed's own code, or the log names an older deepspeed, the message is one the installed release
+    no longer raises there, which most often means a bug of the user's release, fixed since; None
+    when the log shows neither (another library's error, or the user's own)."""
+    frames = [m for ln in text.splitlines() if (m := _DS_FRAME.match(ln))]
+    theirs = seen.get("deepspeed", "")
+    older = bool(theirs) and _version_key(theirs) < _version_key(deepspeed_version())
+    if not frames and not older:
+        return None
+    release = f"deepspeed {theirs}" if theirs else "the deepspeed version the log comes from"
+    if frames:
+        what = (f"The traceback ends in {frames[-1].group(1)} ({frames[-1].group(2)}) with a message the installed deepspeed "
+                f"({deepspeed_version()}) does not raise, and no known failure matches it. An error from deepspeed's own code")
+    else:
+        what = (f"The log is from {release}, older than the installed {deepspeed_version()}; its message is none that "
+                f"{deepspeed_version()} raises and no known failure matches it. An error under an older deepspeed")
+    return Cause(
+        title=f"An error that deepspeed {deepspeed_version()} does not raise: likely a bug of {release}, fixed since",
+        explanation=(f"{what} that later releases no longer raise is most often a bug of the older release, or a mismatch "
+                     f"between the deepspeed version and the project that calls it. Check: the deepspeed version (`ds_report`, "
+                     f"`pip show deepspeed`) and the version the project or its requirements pin."),
+        fix=("Upgrade DeepSpeed (`pip install -U deepspeed`) and rerun; if the project pins a deepspeed version, install "
+             "exactly that one instead. Search the DeepSpeed issues and release notes for the message."))
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
 def engine_search(retriever: Any) -> Any:

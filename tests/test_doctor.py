@@ -173,6 +173,23 @@ def test_a_chinese_locale_machine_s_shell_and_system_messages_are_read_in_englis
     assert disk.matched == "exact" and "disk" in disk.causes[0].title.lower()
 
 
+def test_an_unexplained_error_from_deepspeed_s_own_code_or_an_older_release_points_at_the_release() -> None:
+    """No catalogue line and no known cause explains the message: when the traceback ends inside
+    deepspeed's code, or the log names an older deepspeed, the first cause is that release's bug (upgrade,
+    or the version the project pins); an unknown error from the user's own code gets no such guess."""
+    inside = ('Traceback (most recent call last):\n  File "/opt/venv/lib/python3.10/site-packages/deepspeed/runtime/engine.py", '
+              'line 1201, in _configure_checkpointing\n    group = self.optimizer.dp_process_group\n'
+              "AttributeError: 'NoneType' object has no attribute 'dp_process_group_xyz'\n")
+    first = diagnose(inside).causes[0]
+    assert "deepspeed/runtime/engine.py (_configure_checkpointing)" in first.explanation
+    assert "Upgrade DeepSpeed" in first.fix and "pin" in first.fix
+    older = diagnose("deepspeed 0.5.9, torch 1.10.0\nRuntimeError: slice() cannot be applied to a 0-dim tensor xyz\n").causes[0]
+    assert "likely a bug of deepspeed 0.5.9" in older.title
+    own = diagnose('Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
+                   "ValueError: the widget count xyz must be even\n").causes[0]
+    assert own.title == "no DeepSpeed error recognised"
+
+
 def test_a_plain_exception_line_or_the_last_failing_line_is_the_error() -> None:
     """`raise Exception(...)` prints a bare `Exception:` line, and a progress bar after it is not the
     error; a log with no exception line gives the last line that says something failed, not a trailing
