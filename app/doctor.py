@@ -214,7 +214,7 @@ def known_matches(known: tuple[KnownCause, ...], message: str, text: str) -> tup
         elif seen := k.found_in(whole):
             elsewhere.append((k, seen))
     in_message.sort(key=lambda t: -len(t[1]))
-    elsewhere.sort(key=lambda t: -len(t[1]))
+    elsewhere.sort(key=lambda t: (t[1] in t[0].follow_ups, -len(t[1])))  # a follow-up after what the log shows beside it
     specific = [t for t in elsewhere if t[1] not in t[0].follow_ups and not t[0].harmless]
     if specific and in_message and all(seen in k.follow_ups for k, seen in in_message):
         specific.sort(key=lambda t: -whole.rfind(t[1].lower()))  # the line nearest the error first

@@ -190,6 +190,21 @@ def test_an_unexplained_error_from_deepspeed_s_own_code_or_an_older_release_poin
     assert own.title == "no DeepSpeed error recognised"
 
 
+def test_a_follow_up_the_log_shows_away_from_the_error_gives_way_to_a_cause_beside_it() -> None:
+    """Missing required arguments only report that the script got no settings; a launch script whose
+    continuations broke (its option lines run as commands) says why, so it leads, though its text is
+    shorter and neither is in the last failing line."""
+    from corpus import NOTES_DIR
+    from indexer.known_causes import read_known_causes
+
+    known = read_known_causes(NOTES_DIR)
+    log = ("train.py: error: the following arguments are required: --model_name_or_path, --output_dir\n"
+           "run.sh: line 3: --model_name_or_path: command not found\nrun.sh: line 4: --bf16: command not found\n")
+    assert "line continuations are broken" in diagnose(log, known=known).causes[0].title
+    alone = diagnose("train.py: error: the following arguments are required: --output_dir\n", known=known)
+    assert "settings file as its one argument" in alone.causes[0].title
+
+
 def test_a_plain_exception_line_or_the_last_failing_line_is_the_error() -> None:
     """`raise Exception(...)` prints a bare `Exception:` line, and a progress bar after it is not the
     error; a log with no exception line gives the last line that says something failed, not a trailing
