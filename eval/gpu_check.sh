@@ -129,7 +129,8 @@ if caps.cuda:
             print("CUDA/NCCL does not work in the sandbox here: no snippet is run (preflight.json says why)")
             sys.exit(2)
         runner = LocalRunner(minimal_root=False)
-    summary["sandbox"] = "minimal_root" if runner.minimal_root else "namespaces"
+    strongest = next(c for c in checks if c.get("level") == ("minimal_root" if runner.minimal_root else "namespaces"))
+    summary["sandbox"] = " + ".join(strongest["isolation"])  # what the runs get (no minimal root where it cannot be built)
     print("preflight:", summary["preflight"], "-> runs in", summary["sandbox"], flush=True)
 if caps.cuda:  # the ops a GPU engine loads, built once by the trusted step before any run needs them
     b0 = time.monotonic()
