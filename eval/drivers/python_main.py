@@ -1,25 +1,10 @@
 """dsqa: run snippet.py as __main__ with the prelude's names that it uses without defining."""
 
 import json
-import os
 import runpy
 import sys
 
-
-def _exit_on_error(kind, value, tb):  # type: ignore[no-untyped-def]
-    """Print the error as Python would, then leave without the interpreter's teardown: a NCCL group the
-    failure left behind can hang in its destructor, and the run would read as a timeout, not a failure.
-    Written to the real stderr: torch.distributed's own hook, which calls this one, buffers what it prints."""
-    import traceback
-
-    sys.stdout.flush()
-    traceback.print_exception(kind, value, tb, file=sys.__stderr__)
-    sys.__stderr__.flush()
-    os._exit(1)
-
-
-sys.excepthook = _exit_on_error
-
+import exit_on_error  # noqa: F401  (its hook: an uncaught error ends the run at once)
 
 sys.path.insert(0, ".")
 with open("plan.json") as f:
