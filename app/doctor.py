@@ -325,11 +325,13 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     elif (close := close_known_match(known, flat)) is not None:
         k, seen_text = close
         causes = [_known_cause(k, line, f"the message is close to `{seen_text}`")] + causes
+    elif matched in ("none", "retrieval") and (release := _release_bug(text, seen)) is not None:
+        # before a known cause that is only near in meaning (tune-only logs: one more right this way) and
+        # before the passages retrieval found for a message no note or line explains
+        causes = [release] + causes
     elif closest_known is not None and (near_known := closest_known(f"{exception}: {flat}")) is not None:
         k, cosine = near_known
         causes = [_known_cause(k, line, f"the closest known failure to this message, cosine {cosine:.2f}")] + causes
-    if matched in ("none", "retrieval") and (release := _release_bug(text, seen)) is not None:
-        causes = [release] + causes  # before the passages retrieval found for a message no note or line explains
     if not causes and docs:
         causes = [Cause(title, "not a message the installed deepspeed raises; the closest passage of the docs and notes", "read the passage",
                         doc_urls=[url], doc_titles=[title]) for title, url in docs[:3]]
