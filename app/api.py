@@ -69,6 +69,15 @@ def _sse(event: str, data: dict[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
+def _freeze_loaded() -> None:
+    """Keep the loaded engine out of the garbage collector's full collections: its index is ~150k
+    long-lived objects that a full collection walked (~70 ms, a request's p99) though none is garbage.
+    What an earlier freeze kept (a replaced engine) is collectable again first."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
     # /ask runs in threads of its own, handed over with the event loop's executor call: anyio's
     # run_in_threadpool (cancel scope, capacity limiter) was a quarter of the loop's work per question.
@@ -82,10 +91,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
         else:
             app.state.engine = engine
         await run_in_threadpool(app.state.engine.warm)  # before /readyz says ready: the first questions cost no more than later ones
-        # the loaded index is ~150k long-lived objects: a full collection walked them all (~70 ms, a
-        # request's p99) though none of them is garbage; frozen, the collector skips them
-        gc.collect()
-        gc.freeze()
+        _freeze_loaded()
         set_index_chunks(len(app.state.engine.index.chunks) if app.state.engine.index is not None else 0)
         verifier = None
         if settings.verify_in_background and app.state.engine.index is not None:
@@ -202,9 +208,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> FastAPI:
             return JSONResponse(status_code=409, content={"error": "index_unusable", "message": f"not reloaded: {fresh.problem}"})
         await run_in_threadpool(fresh.warm)
         request.app.state.engine = fresh
-        gc.unfreeze()  # the old engine's objects are collectable again; the new one's are frozen
-        gc.collect()
-        gc.freeze()
+        _freeze_loaded()
         set_index_chunks(len(fresh.index.chunks))
         return JSONResponse(status_code=200, content={"status": "reloaded", "index": fresh.index.summary()})
 

@@ -66,9 +66,9 @@ if "error" in env:
 
 from corpus import NOTES_DIR
 from eval.ops_cache import CUDA_ENGINE_OPS
-from eval.requirements import detect_capabilities, detect_requirements
+from eval.requirements import detect_capabilities
 from eval.runner import LocalRunner, RunRequest, RunResult
-from eval.verify import GPU_REQUIREMENTS, page_imports, select, summarise_runs
+from eval.verify import page_imports, select, summarise_runs
 from indexer.chunker import chunk_document
 from indexer.docs_source import read_notes_dir
 from indexer.documents import Snippet
@@ -132,14 +132,11 @@ if caps.cuda:
     strongest = next(c for c in checks if c.get("level") == ("minimal_root" if runner.minimal_root else "namespaces"))
     summary["sandbox"] = " + ".join(strongest["isolation"])  # what the runs get (no minimal root where it cannot be built)
     print("preflight:", summary["preflight"], "-> runs in", summary["sandbox"], flush=True)
-if caps.cuda:  # the ops a GPU engine loads, built once by the trusted step before any run needs them
+    # the ops a GPU engine loads, built once by the trusted step before any run needs them
     b0 = time.monotonic()
     summary["ops_built"] = runner.ops.build(CUDA_ENGINE_OPS, runner.build_env("cuda"))
     summary["ops_build_s"] = round(time.monotonic() - b0, 1)
     print("ops built:", summary["ops_built"], summary["ops_build_s"], "s", flush=True)
-
-def needs_gpu(s):
-    return any(r.name in GPU_REQUIREMENTS for r in detect_requirements(s.kind, s.code, s.requires))
 
 runs_start = time.monotonic()  # the phases share what the build left of the budget
 
@@ -170,14 +167,15 @@ def run_all(snippets, name, share, contexts):
 # rest of the notes (those also run on a CPU, in the tests)
 notes = select([s for d in read_notes_dir(NOTES_DIR) for s in chunk_document(d)[1]], "all")
 note_ctx = page_imports(notes)
-summary["notes_gpu"] = run_all([s for s in notes if needs_gpu(s)], "notes_gpu", 0.25, note_ctx)["by_status"]
+notes_gpu = select(notes, "all", gpu_only=True)
+summary["notes_gpu"] = run_all(notes_gpu, "notes_gpu", 0.25, note_ctx)["by_status"]
 ledger = Path(os.environ["DSQA_INDEX_DIR"]) / "snippets.jsonl"
 if ledger.is_file():
     docs = [Snippet.from_json(json.loads(l)) for l in ledger.read_text().splitlines() if l.strip()]
     summary["docs_gpu"] = run_all(select(docs, "docs", gpu_only=True), "docs_gpu", 0.85, page_imports(docs))["by_status"]
 else:
     summary["docs_gpu"] = f"no {ledger}: carry var/index to check the docs' GPU-only snippets"
-summary["notes_rest"] = run_all([s for s in notes if not needs_gpu(s)], "notes_rest", 1.0, note_ctx)["by_status"]
+summary["notes_rest"] = run_all([s for s in notes if s.id not in {g.id for g in notes_gpu}], "notes_rest", 1.0, note_ctx)["by_status"]
 summary["seconds"] = round(time.monotonic() - t0, 1)
 (out / "summary.json").write_text(json.dumps(summary, indent=2))
 print(json.dumps(summary))

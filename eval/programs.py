@@ -103,11 +103,13 @@ def prepare_launcher(code: str, caps: Capabilities, *, hostfile: bool = False) -
 
 def prepare(kind: str, code: str, caps: Capabilities, context: str = "") -> Prepared:
     if kind == "ds_config":
-        return prepare_ds_config(code, caps)
-    if kind == "python":
-        return prepare_python(code, caps, context)
-    if kind == "launcher":
-        return prepare_launcher(code, caps)
-    if kind == "hostfile":
-        return prepare_launcher(code, caps, hostfile=True)
-    return Prepared(skip=f"{kind} snippets are not run")
+        prepared = prepare_ds_config(code, caps)
+    elif kind == "python":
+        prepared = prepare_python(code, caps, context)
+    elif kind in ("launcher", "hostfile"):
+        prepared = prepare_launcher(code, caps, hostfile=kind == "hostfile")
+    else:
+        return Prepared(skip=f"{kind} snippets are not run")
+    if not prepared.skip:  # every driver imports it first: an uncaught error ends the run at once
+        prepared.files["exit_on_error.py"] = driver("exit_on_error.py")
+    return prepared

@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from eval.failure_blame import blame_failure
 from eval.ops_cache import CPU_ENGINE_OPS, OpsCache
-from eval.prepared import driver
 from eval.programs import RUNNABLE_KINDS, prepare
 from eval.requirements import Capabilities, cpu_adaptable, detect_capabilities, detect_requirements, unmet
 from eval.sandbox import PIDS_MAX, free_port, run_sandboxed, scrub_env
@@ -216,7 +215,7 @@ class LocalRunner:
         def run_once() -> Any:
             return run_sandboxed(
                 # CUDA reserves far more address space than it uses, so RLIMIT_AS is not applied on a GPU
-                prepared.argv, {**prepared.files, "exit_on_error.py": driver("exit_on_error.py")}, timeout_s=request.timeout_s, memory_mb=None if caps.cuda else request.memory_mb,
+                prepared.argv, prepared.files, timeout_s=request.timeout_s, memory_mb=None if caps.cuda else request.memory_mb,
                 env=scrub_env(os.environ, extra), keep_cow=self.extensions_dir, isolate=self.isolate,
                 minimal_root=self.minimal_root,
             )
