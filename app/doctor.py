@@ -13,7 +13,9 @@ vectors of the known-errors note) comes first if it is close enough.
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +41,12 @@ _NOT_AN_ERROR = re.compile(r"^\s*(?:\d+%\||File \"|Traceback \(most recent|[â”‚â
 # a traceback frame inside the deepspeed package, and the source line under it
 _DS_FRAME = re.compile(r'^\s*File "[^"]*?/(deepspeed/[^"]+\.py)", line \d+, in (\w+)\s*$')
 _CALL = re.compile(r"([A-Za-z_]\w*)\s*\(")
+# a log that says the job stopped making progress, with no error of its own: in words, or a py-spy stack dump
+_HANG = re.compile(r"\b(?:hangs?|hung|hanging|stuck|freez(?:es|ing)|froze|frozen|deadlock(?:ed|s)?|never (?:returns?|finish(?:es)?|"
+                   r"starts?|completes?|progress(?:es)?)|no (?:further )?output|stops? (?:making )?progress(?:ing)?)\b|"
+                   r"\(most recent call first\)", re.I)
+_PATH = re.compile(r"\S*/\S*")
+HANG_SLOTS = 2  # known causes of a stall put first for a log that only says it hangs
 _VERSION = {"deepspeed": re.compile(r"deepspeed(?:\s+version)?[\s:=v(]+(\d+\.\d+\.\d+)", re.I),
             "torch": re.compile(r"torch(?:\s+version)?[\s:=v(]+(\d+\.\d+(?:\.\d+)?)", re.I)}
 
@@ -322,6 +330,10 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     if first:
         causes = first[:KNOWN_SLOTS] + causes
         matched = "exact" if in_message and not where else (matched if matched in ("exact", "nearest") else "nearest")
+    elif not exception and _HANG.search(text) and (stalls := stall_causes(known, text)):
+        # no exception, no known text, and the log says it stopped: what makes DeepSpeed jobs stall, the
+        # closest to this log first, before a catalogue line the last line only happens to resemble
+        causes = [_known_cause(k, "", f"the log shows no error and says the job stopped; {how}") for k, how in stalls] + causes
     elif (close := close_known_match(known, flat)) is not None:
         k, seen_text = close
         causes = [_known_cause(k, line, f"the message is close to `{seen_text}`")] + causes
@@ -343,6 +355,25 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
         for cause in causes:
             cause.explanation += f"; note: the log is from deepspeed {seen['deepspeed']}, the catalogue from {deepspeed_version()}"
     return Diagnosis(error, seen, matched, causes)
+
+
+def stall_causes(known: tuple[KnownCause, ...], text: str) -> list[tuple[KnownCause, str]]:
+    """The known causes of a stall (`Hangs: yes`) nearest a log that reports one, by the words of their
+    title, why and check the log holds, a word few of them use counting most (the index's vectors ranked
+    the four stalled tune logs worse: one right against three)."""
+    stalls = tuple(k for k in known if k.hangs)
+    if not stalls:
+        return []
+    words = set(_TOKEN.findall(_PATH.sub(" ", text).lower()))  # a file's folders say where it is installed, not what stalled
+    theirs = {k: {w for w in _TOKEN.findall(f"{k.title} {k.why} {k.check}".lower()) if len(w) > 3} for k in stalls}
+    holding = Counter(w for ws in theirs.values() for w in ws)
+    # a word few of these causes use says more about which one this is (weighted as in BM25's idf)
+
+    def share(k: KnownCause) -> float:
+        return sum(math.log(1 + len(stalls) / holding[w]) for w in theirs[k] & words) / math.sqrt(len(theirs[k]) or 1)
+
+    ranked_by_words = sorted(stalls, key=share, reverse=True)
+    return [(k, "the most telling words in common with this log") for k in ranked_by_words[:HANG_SLOTS]]
 
 
 def _release_bug(text: str, seen: dict[str, str]) -> Cause | None:

@@ -4,8 +4,9 @@ Each `##` section of that note is one cause: its heading is the title, then line
 `Matches:` (backquoted texts a log shows when it happens, separated by `|`; a text followed by
 `(follow-up)` only reports that something failed earlier, such as "Error building extension" after a
 compiler error: a cause the log shows elsewhere goes before it), `Why:`, `Check:`,
-`Fix:` and an optional `Config:` (a ds_config fragment the validator accepts) and `Harmless: yes` (a
-warning that stops nothing). The error doctor (`app/doctor.py`) puts a matching cause before the raising
+`Fix:` and an optional `Config:` (a ds_config fragment the validator accepts), `Harmless: yes` (a
+warning that stops nothing) and `Hangs: yes` (a cause of a job that stops without an error: the doctor's
+candidates for a log that only says it hangs). The error doctor (`app/doctor.py`) puts a matching cause before the raising
 line it found in the catalogue; a harmless one only when the error itself is that warning.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 from indexer.markdown import slugify_kramdown
 
 KNOWN_ERRORS_NOTE = "known-errors.md"
-_FIELD = re.compile(r"^(Matches|Why|Check|Fix|Config|Harmless):\s*(.*)$")
+_FIELD = re.compile(r"^(Matches|Why|Check|Fix|Config|Harmless|Hangs):\s*(.*)$")
 _MATCH = re.compile(r"`([^`]+)`(\s*\(follow-up\))?")
 
 
@@ -36,6 +37,7 @@ class KnownCause:
     url: str
     harmless: bool = False  # a warning that stops nothing: not the cause of an error elsewhere in the log
     follow_ups: frozenset[str] = frozenset()  # those of `matches` that only report an earlier failure
+    hangs: bool = False  # a cause of a job that stops making progress without an error
 
     def found_in(self, text: str) -> str:
         """The longest of its texts that `text` (lower-cased) holds, or ''."""
@@ -56,13 +58,18 @@ def parse_known_causes(markdown: str, base_url: str = "dsqa://notes/known-errors
         if not matches or "Fix" not in fields:
             raise ValueError(f"known cause {title.strip()!r} needs a Matches line with `texts` and a Fix line")
         config = json.loads(fields["Config"]) if fields.get("Config") else None
-        harmless = fields.get("Harmless", "no").lower()
-        if harmless not in ("yes", "no"):
-            raise ValueError(f"known cause {title.strip()!r}: Harmless is yes or no, not {harmless!r}")
+        harmless, hangs = (_yes_or_no(fields, name, title) for name in ("Harmless", "Hangs"))
         causes.append(KnownCause(title.strip(), matches, fields.get("Why", ""), fields.get("Check", ""), fields["Fix"], config,
-                                 f"{base_url}#{slugify_kramdown(title.strip())}", harmless == "yes",
-                                 frozenset(t for t, follow_up in found if follow_up)))
+                                 f"{base_url}#{slugify_kramdown(title.strip())}", harmless,
+                                 frozenset(t for t, follow_up in found if follow_up), hangs))
     return causes
+
+
+def _yes_or_no(fields: dict[str, str], name: str, title: str) -> bool:
+    value = fields.get(name, "no").lower()
+    if value not in ("yes", "no"):
+        raise ValueError(f"known cause {title.strip()!r}: {name} is yes or no, not {value!r}")
+    return value == "yes"
 
 
 @lru_cache(maxsize=4)

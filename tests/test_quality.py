@@ -387,7 +387,9 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     config blocks given plain values, MPI launcher limits, ZeRO-3 defragment, ...) and two broad texts narrowed:
     548 -> 92.9% / 85.2% (480 -> 508 without retrieval, none worse); test 78.8% (75.0% -> 76.9% without
     retrieval); then the full-precision query encoder (issue 13: no question's hit@5 may move against torch)
-    took test to 76.9% (one log the retrieval fallback had answered). Issue 15's 80% is not reached. Paraphrased failures the note covers lead with their known
+    took test to 76.9% (one log the retrieval fallback had answered). Batch J: 43 more tune-only logs from
+    threads no set had used, scored before anything was written for them: 3 of 43 right (7.0%), the 591 at
+    87.1%; a log that only says it hangs then gets the known causes of a stall: 87.6%. Issue 15's 80% is not reached. Paraphrased failures the note covers lead with their known
     cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
     from eval.doctor_eval import run_doctor_eval
@@ -399,7 +401,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
     assert shipped["test"]["cause_at_1"] >= 0.75 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
-    assert shipped["tune_only"]["logs"] == 548 and shipped["tune_only"]["cause_at_1"] >= 0.90 and shipped["tune_only"]["source_in_3"] >= 0.83
+    assert shipped["tune_only"]["logs"] == 591 and shipped["tune_only"]["cause_at_1"] >= 0.87 and shipped["tune_only"]["source_in_3"] >= 0.83
     from app.doctor import diagnose_with
 
     def first_cause(message: str) -> str:
