@@ -389,7 +389,10 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     retrieval); then the full-precision query encoder (issue 13: no question's hit@5 may move against torch)
     took test to 76.9% (one log the retrieval fallback had answered). Batch J: 43 more tune-only logs from
     threads no set had used, scored before anything was written for them: 3 of 43 right (7.0%), the 591 at
-    87.1%; a log that only says it hangs then gets the known causes of a stall: 87.6%. Issue 15's 80% is not reached. Paraphrased failures the note covers lead with their known
+    87.1%; a log that only says it hangs then gets the known causes of a stall: 87.6%; eleven sections for
+    the batch's misses (NVMe swapper bugs, PEP 604 on Python 3.9, launcher quoting, import-time CUDA and start
+    method, the ZeRO-3 TrainingArguments order, 0.18's OpenMPI check, pdsh exports, glog, op_builder
+    packaging, parallel op builds) and the Triton cache's two stray messages: 90.7% (test unchanged). Issue 15's 80% is not reached. Paraphrased failures the note covers lead with their known
     cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
     from eval.doctor_eval import run_doctor_eval
@@ -401,7 +404,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
     assert shipped["test"]["cause_at_1"] >= 0.75 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
-    assert shipped["tune_only"]["logs"] == 591 and shipped["tune_only"]["cause_at_1"] >= 0.87 and shipped["tune_only"]["source_in_3"] >= 0.83
+    assert shipped["tune_only"]["logs"] == 591 and shipped["tune_only"]["cause_at_1"] >= 0.90 and shipped["tune_only"]["source_in_3"] >= 0.83
     from app.doctor import diagnose_with
 
     def first_cause(message: str) -> str:
