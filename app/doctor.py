@@ -80,6 +80,7 @@ _LOCALISED = {
     "连接被拒绝": "Connection refused", "设备上没有空间": "No space left on device", "无法分配内存": "Cannot allocate memory",
     "连接超时": "Connection timed out", "没有到主机的路由": "No route to host", "核心已转储": "core dumped",
     "未预期的符号": "syntax error near unexpected token ", "附近有语法错误": "",
+    "无法打开输入文件": "cannot open input file ",
 }
 _LOCALISED_RE = re.compile("|".join(map(re.escape, _LOCALISED)))
 

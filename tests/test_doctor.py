@@ -171,6 +171,8 @@ def test_a_chinese_locale_machine_s_shell_and_system_messages_are_read_in_englis
     assert "deepspeed" in launcher.causes[0].title.lower() and "not found" in launcher.causes[0].title.lower()
     disk = diagnose("OSError: [Errno 28] 设备上没有空间", known=known)
     assert disk.matched == "exact" and "disk" in disk.causes[0].title.lower()
+    remote = diagnose("node1: bash: -c: 行 0: 未预期的符号“(”附近有语法错误", known=known)
+    assert "syntax error near unexpected token" in remote.error["message"] and remote.causes[0].title.startswith("pdsh launch")
 
 
 def test_an_unexplained_error_from_deepspeed_s_own_code_or_an_older_release_points_at_the_release() -> None:
