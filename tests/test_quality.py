@@ -389,7 +389,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     retrieval); then the full-precision query encoder (issue 13: no question's hit@5 may move against torch)
     took test to 76.9% (one log the retrieval fallback had answered). Batch J: 43 more tune-only logs from
     threads no set had used, scored before anything was written for them: 3 of 43 right (7.0%), the 591 at
-    87.1%; a log that only says it hangs then gets the known causes of a stall: 87.6%; eleven sections for
+    87.1%; a log that only says it hangs then gets the known causes of a stall: 87.6%; ten sections for
     the batch's misses (NVMe swapper bugs, PEP 604 on Python 3.9, launcher quoting, import-time CUDA and start
     method, the ZeRO-3 TrainingArguments order, 0.18's OpenMPI check, pdsh exports, glog, op_builder
     packaging, parallel op builds) and the Triton cache's two stray messages: 90.7% (test unchanged). Batch K:
