@@ -89,7 +89,7 @@ def clean_log(log: str) -> str:
     """The log's bounded tail without ANSI colours and `[rank3]:` prefixes, with the shell's and the C
     library's Chinese-locale messages in English."""
     text = _RANK.sub("", _ANSI.sub("", log[-MAX_LOG_CHARS:]))
-    return _LOCALISED_RE.sub(lambda m: _LOCALISED[m.group(0)], text) if _LOCALISED_RE.search(text) else text
+    return _LOCALISED_RE.sub(lambda m: _LOCALISED[m.group(0)], text)
 
 
 def extract_error(log: str) -> tuple[str, str]:

@@ -175,7 +175,8 @@ if ledger.is_file():
     summary["docs_gpu"] = run_all(select(docs, "docs", gpu_only=True), "docs_gpu", 0.85, page_imports(docs))["by_status"]
 else:
     summary["docs_gpu"] = f"no {ledger}: carry var/index to check the docs' GPU-only snippets"
-summary["notes_rest"] = run_all([s for s in notes if s.id not in {g.id for g in notes_gpu}], "notes_rest", 1.0, note_ctx)["by_status"]
+gpu_ids = {g.id for g in notes_gpu}
+summary["notes_rest"] = run_all([s for s in notes if s.id not in gpu_ids], "notes_rest", 1.0, note_ctx)["by_status"]
 summary["seconds"] = round(time.monotonic() - t0, 1)
 (out / "summary.json").write_text(json.dumps(summary, indent=2))
 print(json.dumps(summary))
