@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     batch_queries: bool = True  # concurrent questions encoded together (app/batching.py)
     query_cache_size: int = 2048  # vectors of the latest distinct questions kept (with batch_queries); 0: none
     encoder_threads: int = 2  # onnxruntime threads per query (2 cores: 9 ms against 16 ms with one)
+    # questions encoded at once, each on one thread of a second ONNX session, when several wait (a lone
+    # question still gets encoder_threads); 1: one encoder thread running batches (app/batching.py)
+    encoder_lanes: int = Field(default=2, ge=1, le=16)
     embed_batch_size: int = 16  # texts per encoder call at index time: 16 was 4% faster than 32 on 2 cores (bf16), 64 and up slower
     # the index build's passages in bf16 where the CPU has native bf16 (2.9x faster; vectors within
     # cosine 0.99997 of fp32); "off": fp32; queries are always encoded in fp32

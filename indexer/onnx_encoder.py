@@ -99,6 +99,7 @@ class OnnxEmbedder:
         # and 4.8 / 7.8 never spinning
         options.add_session_config_entry("session.intra_op.allow_spinning", "1")
         options.add_session_config_entry("session.force_spinning_stop", "1")
+        self.folder = folder
         self.model_file = model_file
         self.session = onnxruntime.InferenceSession(str(folder / model_file), options, providers=["CPUExecutionProvider"])
 

@@ -1,4 +1,4 @@
-"""Concurrent questions are encoded together, each gets its own vector, and a full queue is refused."""
+"""Concurrent questions are encoded together or side by side, each gets its own vector, and a full queue is refused."""
 
 from __future__ import annotations
 
@@ -82,3 +82,60 @@ def test_a_question_asked_again_is_not_encoded_again_and_the_cache_is_bounded() 
     off.embed(["x"])
     off.embed(["x"])
     assert len(off.inner.calls) == 2 and off.cache_hits == 0  # type: ignore[attr-defined]
+
+
+class OverlapHash(HashEmbedder):
+    """The test fake, slowed, recording how many of its calls ran at once."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.calls = 0
+        self.running = 0
+        self.most_at_once = 0
+        self.lock = threading.Lock()
+
+    def embed(self, texts: list[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
+        with self.lock:
+            self.calls += 1
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        time.sleep(0.05)
+        with self.lock:
+            self.running -= 1
+        return super().embed(texts)
+
+
+def test_lanes_encode_concurrent_questions_side_by_side_and_a_lone_one_on_the_main_encoder() -> None:
+    main, parallel = OverlapHash(), OverlapHash()
+    batcher = BatchingEmbedder(main, parallel=parallel, lanes=2)
+    alone = batcher.embed(["a lone question about offload"])
+    assert main.calls == 1 and parallel.calls == 0  # nothing else waiting: all the main encoder's threads on it
+    texts = [f"question number {i} about zero stage {i % 4}" for i in range(12)]
+    got: dict[int, np.ndarray] = {}
+
+    def ask(i: int) -> None:
+        got[i] = batcher.embed([texts[i]])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = HashEmbedder(64).embed(texts)
+    assert all(np.allclose(got[i][0], expected[i]) and got[i].shape == (1, 64) for i in range(len(texts)))
+    assert np.allclose(alone[0], HashEmbedder(64).embed(["a lone question about offload"])[0])
+    assert main.calls + parallel.calls == 13  # one encode per question: no batches on lanes
+    assert parallel.calls >= 6 and parallel.most_at_once == 2  # two lanes at once, no more
+
+
+def test_a_failing_lane_encode_reaches_its_caller_and_the_lane_goes_on() -> None:
+    class Failing(HashEmbedder):
+        def embed(self, texts: list[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
+            if "boom" in texts[0]:
+                raise RuntimeError("encoder failed")
+            return super().embed(texts)
+
+    batcher = BatchingEmbedder(Failing(64), parallel=Failing(64), lanes=2)
+    with pytest.raises(RuntimeError, match="encoder failed"):
+        batcher.embed(["boom"])
+    assert batcher.embed(["fine"]).shape == (1, 64) and batcher.busy_lanes == 0

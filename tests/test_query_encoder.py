@@ -27,6 +27,12 @@ def test_onnx_encoder_gives_the_same_top_10_as_torch(real_index: Path, embedder,
     questions = load_questions(dev_questions)
     vectors = onnx.retriever.embedder.embed([q.question for q in questions])  # type: ignore[attr-defined]
     assert np.abs(vectors - embedder.embed([q.question for q in questions])).max() < 1e-4
+    # the lanes' one-thread session (concurrent questions) gives the main session's vectors to the bit
+    lanes = onnx.retriever.embedder.parallel  # type: ignore[attr-defined]
+    assert isinstance(lanes, OnnxEmbedder) and lanes.session.get_session_options().intra_op_num_threads == 1
+    one_by_one = [q.question for q in questions]
+    assert np.array_equal(np.concatenate([lanes.embed([q], batch_size=1) for q in one_by_one]),
+                          np.concatenate([onnx.retriever.embedder.inner.embed([q], batch_size=1) for q in one_by_one]))  # type: ignore[attr-defined]
     for q in questions:
         a = [h.chunk.id for h in onnx.retriever.search(q.question, 10).hits]
         b = [h.chunk.id for h in torch.retriever.search(q.question, 10).hits]
