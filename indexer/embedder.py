@@ -77,6 +77,10 @@ class SentenceTransformerEmbedder:
     def embed(self, texts: list[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        if self.bf16 is None:
+            self.bf16 = self.device == "cpu" and cpu_has_native_bf16()
+        if self.bf16 and self._bf16_transformer is not None:
+            return self._embed_bf16(texts, batch_size, progress)
         with self._precision():
             vectors = self._model.encode(
                 texts,
@@ -88,16 +92,51 @@ class SentenceTransformerEmbedder:
         return np.asarray(vectors, dtype=np.float32)
 
     def _precision(self) -> contextlib.AbstractContextManager[object]:
-        """bf16 matrix products where the CPU does them natively (AVX512-BF16 or AMX): 2.9x faster on
-        this machine's 2 cores, vectors within cosine 0.99997 of fp32 (measured over 600 chunks), so
-        the index, the vector cache and the fp32 query encoder stay interchangeable; fp32 elsewhere."""
-        if self.bf16 is None:
-            self.bf16 = self.device == "cpu" and cpu_has_native_bf16()
+        """Autocast to bf16 (a model that is not transformer + mean pooling + normalisation, in bf16
+        mode) or fp32."""
         if not self.bf16:
             return contextlib.nullcontext()
         import torch
 
         return torch.autocast("cpu", dtype=torch.bfloat16)
+
+    @cached_property
+    def _bf16_transformer(self) -> Any:
+        """The model's transformer with bf16 weights, for a model that is transformer -> mean pooling ->
+        normalisation (all-MiniLM-L6-v2 is); None for any other layout (autocast then). Measured on 2
+        cores (avx512_bf16): 15.4k tokens/s on the text units and 17.3k on chunks, against 13.3k and
+        16.0k with the fp32 model under autocast, whose casts around every operator cost more than they
+        save; vectors within cosine 0.99991 of fp32 (0.99997 under autocast), and every question set's
+        hit@1/5/10 the same as with autocast."""
+        import copy
+
+        import torch
+
+        modules = [type(m).__name__ for m in self._model]
+        pooling = self._model[1] if len(self._model) > 1 else None
+        if modules != ["Transformer", "Pooling", "Normalize"] or getattr(pooling, "pooling_mode", None) != "mean":
+            return None
+        return copy.deepcopy(self._model[0].auto_model).to(torch.bfloat16).eval()
+
+    def _embed_bf16(self, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
+        """The bf16 transformer over length-sorted batches; mean pooling and normalisation in fp32."""
+        import torch
+        from tqdm import tqdm
+
+        tokenizer = self._model.tokenizer
+        order = np.argsort([-len(t) for t in texts], kind="stable")  # little padding within a batch
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        starts = range(0, len(texts), batch_size)
+        with torch.inference_mode():
+            for start in tqdm(starts, desc="Batches", disable=not progress):
+                rows = order[start:start + batch_size]
+                batch = tokenizer([texts[i].strip() for i in rows], padding=True, truncation="longest_first",
+                                  max_length=self.max_seq_length, return_tensors="pt")
+                tokens = self._bf16_transformer(**batch).last_hidden_state.float()
+                mask = batch["attention_mask"].unsqueeze(-1).to(tokens.dtype)
+                mean = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                out[rows] = torch.nn.functional.normalize(mean, p=2, dim=1).numpy()
+        return out
 
 
 def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:

@@ -108,3 +108,25 @@ def test_bf16_build_vectors_stay_within_fp32s_cosine(embedder) -> None:
     assert np.allclose(np.linalg.norm(half, axis=1), 1.0, atol=1e-5)
     assert float((fp32 * half).sum(axis=1).min()) > 0.9999
     assert not np.array_equal(fp32, half)  # bf16 did run: the vectors are not fp32's bit for bit
+
+
+def test_the_build_embedder_in_bf16_gives_the_fp32_vectors_in_the_texts_order(embedder) -> None:
+    """`dsqa index` embeds passages with a bf16 copy of the transformer where the CPU has native bf16
+    (pooling and normalisation in fp32): each vector within cosine 0.9998 of the fp32 model's, in the
+    order of the texts (the batches run longest first), a long text truncated as the model truncates."""
+    import torch
+
+    from indexer.embedder import SentenceTransformerEmbedder, cpu_has_native_bf16
+
+    build = SentenceTransformerEmbedder(bf16=None)
+    texts = ["ZeRO stage 3 partitions the parameters.", "  offload the optimizer states to NVMe  ",
+             "pipeline " * 600, "bf16", "How do I set the gradient accumulation steps in the config?"]
+    got = build.embed(texts, batch_size=2)
+    want = embedder.embed(texts)
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert (got * want).sum(1).min() > 0.9998
+    assert ((got @ want.T).argmax(1) == np.arange(len(texts))).all()
+    if cpu_has_native_bf16():
+        assert build.bf16 and next(build._bf16_transformer.parameters()).dtype == torch.bfloat16
+        assert next(build._model.parameters()).dtype == torch.float32  # the fp32 model is left as it was
