@@ -109,10 +109,13 @@ def _assigned_messages(function: ast.AST) -> dict[str, list[tuple[int, ast.expr]
     return out
 
 
-def _resolved(message: ast.AST, line: int, assigned: dict[str, list[tuple[int, ast.expr]]]) -> ast.AST:
-    """A message passed as a local name: the last expression assigned to it before the raising line."""
-    if isinstance(message, ast.Name):
-        before = [value for at, value in assigned.get(message.id, []) if at < line]
+def _resolved(message: ast.AST, line: int, function: ast.AST | None, assigned: dict[int, dict[str, list[tuple[int, ast.expr]]]]) -> ast.AST:
+    """A message passed as a local name: the last expression assigned to it in `function` before the
+    raising line (`assigned`: each function's assignments by id, read once and only when needed)."""
+    if isinstance(message, ast.Name) and function is not None:
+        if id(function) not in assigned:
+            assigned[id(function)] = _assigned_messages(function)
+        before = [value for at, value in assigned[id(function)].get(message.id, []) if at < line]
         if before:
             return before[-1]
     return message
@@ -125,14 +128,12 @@ def _alternatives(node: ast.AST) -> list[ast.AST]:
     return [node]
 
 
-def _add_subclasses(tree: ast.AST, children: dict[str, set[str]]) -> None:
-    """Record each class a module defines under the simple names of its bases."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
-            for base in node.bases:
-                name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
-                if name:
-                    children.setdefault(name, set()).add(node.name)
+def _add_subclass(node: ast.ClassDef, children: dict[str, set[str]]) -> None:
+    """Record a class under the simple names of its bases."""
+    for base in node.bases:
+        name = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+        if name:
+            children.setdefault(name, set()).add(node.name)
 
 
 def _family(name: str, children: dict[str, set[str]]) -> tuple[str, ...]:
@@ -146,19 +147,22 @@ def _family(name: str, children: dict[str, set[str]]) -> tuple[str, ...]:
     return (name, *sorted(seen - {name}))
 
 
-def _entries(tree: ast.AST, rel: str) -> tuple[list[RaisedError], list[tuple[int, str]]]:
+def _entries(tree: ast.AST, rel: str, children: dict[str, set[str]]) -> tuple[list[RaisedError], list[tuple[int, str]]]:
     """The module's messages, and (index, template) of those with a class-name field: their `classes`
-    hold only the raising class until the whole package's subclasses are known."""
+    hold only the raising class until the whole package's subclasses are known (each class the module
+    defines is recorded in `children` under its bases)."""
     out: list[RaisedError] = []
     own_class: list[tuple[int, str]] = []
+    assigned: dict[int, dict[str, list[tuple[int, ast.expr]]]] = {}
 
-    def visit(node: ast.AST, function: str, condition: str, assigned: dict[str, list[tuple[int, ast.expr]]], owner: str = "") -> None:
+    def visit(node: ast.AST, function: str, condition: str, scope: ast.AST | None, owner: str = "") -> None:
         for child in ast.iter_child_nodes(node):
-            fn, cond, names_in, cls = function, condition, assigned, owner
+            fn, cond, names_in, cls = function, condition, scope, owner
             if isinstance(child, ast.ClassDef):
                 cls = child.name
+                _add_subclass(child, children)
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                fn, names_in = child.name, _assigned_messages(child)
+                fn, names_in = child.name, child
             if isinstance(child, ast.If):
                 cond = ast.unparse(child.test)[:200]
             message: ast.AST | None = None
@@ -172,7 +176,7 @@ def _entries(tree: ast.AST, rel: str) -> tuple[list[RaisedError], list[tuple[int
                   and isinstance(child.value.func, ast.Attribute) and child.value.func.attr in _LOG_LEVELS
                   and ast.unparse(child.value.func.value).split(".")[-1] in _LOGGERS):
                 exception, message = f"logged {_LOG_LEVELS[child.value.func.attr]}", child.value.args[0]
-            for choice in _alternatives(_resolved(message, getattr(child, "lineno", 0), names_in)) if message is not None else []:
+            for choice in _alternatives(_resolved(message, getattr(child, "lineno", 0), names_in, assigned)) if message is not None else []:
                 template = _message_template(choice)
                 if template and template.strip(_HOLE + _OWN_CLASS + " "):
                     classes = (cls,) if cls and _OWN_CLASS in template else ()
@@ -184,7 +188,7 @@ def _entries(tree: ast.AST, rel: str) -> tuple[list[RaisedError], list[tuple[int
                                            names, classes))
             visit(child, fn, cond, names_in, cls)
 
-    visit(tree, "<module>", "", {})
+    visit(tree, "<module>", "", None)
     # messages kept in module constants and raised through a variable ({key: message} tables)
     for node in getattr(tree, "body", []):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and any(
@@ -217,10 +221,9 @@ def build_error_catalogue(package_dir: Path | None = None) -> list[RaisedError]:
             tree = ast.parse(file.read_text(encoding="utf-8", errors="replace"))
         except (SyntaxError, ValueError):
             continue
-        found, own = _entries(tree, file.relative_to(package_dir.parent).as_posix())
+        found, own = _entries(tree, file.relative_to(package_dir.parent).as_posix(), children)
         own_class += [(len(entries) + i, template) for i, template in own]
         entries += found
-        _add_subclasses(tree, children)
     for i, template in own_class:  # the raising class's subclasses raise the message too
         family = _family(entries[i].classes[0], children)
         entries[i] = replace(entries[i], classes=family, pattern=_pattern(template, family))
