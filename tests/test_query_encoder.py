@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -110,7 +111,7 @@ def test_bf16_build_vectors_stay_within_fp32s_cosine(embedder) -> None:
     assert not np.array_equal(fp32, half)  # bf16 did run: the vectors are not fp32's bit for bit
 
 
-def test_the_build_embedder_in_bf16_gives_the_fp32_vectors_in_the_texts_order(embedder) -> None:
+def test_the_build_embedder_in_bf16_gives_the_fp32_vectors_in_the_texts_order(embedder, monkeypatch: pytest.MonkeyPatch) -> None:
     """`dsqa index` embeds passages with a bf16 copy of the transformer where the CPU has native bf16
     (pooling and normalisation in fp32): each vector within cosine 0.9998 of the fp32 model's, in the
     order of the texts (the batches run longest first), a long text truncated as the model truncates."""
@@ -130,3 +131,24 @@ def test_the_build_embedder_in_bf16_gives_the_fp32_vectors_in_the_texts_order(em
     if cpu_has_native_bf16():
         assert build.bf16 and next(build._bf16_transformer.parameters()).dtype == torch.bfloat16
         assert next(build._model.parameters()).dtype == torch.float32  # the fp32 model is left as it was
+        threads = torch.get_num_threads()
+        one_lane = SentenceTransformerEmbedder(bf16=None)
+        one_lane.__dict__["_model"] = build._model  # the same weights, one batch at a time in one thread
+        one_lane.__dict__["_bf16_transformer"] = build._bf16_transformer
+        monkeypatch.setattr("indexer.embedder.MAX_BUILD_LANES", 1)
+        assert np.array_equal(one_lane.embed(texts, batch_size=2), got)  # the lanes change no bit
+        assert torch.get_num_threads() == threads
+
+        calls = []
+
+        def failing(**batch: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 2:
+                raise RuntimeError("out of memory in a lane")
+            return build._bf16_transformer(**batch)
+
+        monkeypatch.setattr("indexer.embedder.MAX_BUILD_LANES", 2)
+        one_lane.__dict__["_bf16_transformer"] = failing
+        with pytest.raises(RuntimeError, match="out of memory in a lane"):
+            one_lane.embed(texts, batch_size=1)  # a lane's failure reaches the caller; the other lane stops
+        assert len(calls) < len(texts) and torch.get_num_threads() == threads  # not every batch ran
