@@ -111,44 +111,38 @@ def test_bf16_build_vectors_stay_within_fp32s_cosine(embedder) -> None:
     assert not np.array_equal(fp32, half)  # bf16 did run: the vectors are not fp32's bit for bit
 
 
-def test_the_build_embedder_in_bf16_gives_the_fp32_vectors_in_the_texts_order(embedder, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`dsqa index` embeds passages with a bf16 copy of the transformer where the CPU has native bf16
-    (pooling and normalisation in fp32): each vector within cosine 0.9998 of the fp32 model's, in the
-    order of the texts (the batches run longest first), a long text truncated as the model truncates."""
+def test_the_build_embedders_lanes_give_encodes_vectors_to_the_bit(embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dsqa index` runs sentence-transformers' batches on lanes (threads on their share of torch's
+    threads): the vectors equal `encode`'s to the bit, in bf16 where the CPU has it and in fp32, in
+    the order of the texts; a lane's failure reaches the caller, the other lanes stop, and torch's
+    thread count is what it was."""
     import torch
 
-    from indexer.embedder import SentenceTransformerEmbedder, cpu_has_native_bf16
+    from indexer.embedder import SentenceTransformerEmbedder
 
-    build = SentenceTransformerEmbedder(bf16=None)
-    texts = ["ZeRO stage 3 partitions the parameters.", "  offload the optimizer states to NVMe  ",
-             "pipeline " * 600, "bf16", "How do I set the gradient accumulation steps in the config?"]
-    got = build.embed(texts, batch_size=2)
-    want = embedder.embed(texts)
-    assert got.shape == want.shape and got.dtype == np.float32
-    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
-    assert (got * want).sum(1).min() > 0.9998
-    assert ((got @ want.T).argmax(1) == np.arange(len(texts))).all()
-    if cpu_has_native_bf16():
-        assert build.bf16 and next(build._bf16_transformer.parameters()).dtype == torch.bfloat16
-        assert next(build._model.parameters()).dtype == torch.float32  # the fp32 model is left as it was
-        threads = torch.get_num_threads()
-        one_lane = SentenceTransformerEmbedder(bf16=None)
-        one_lane.__dict__["_model"] = build._model  # the same weights, one batch at a time in one thread
-        one_lane.__dict__["_bf16_transformer"] = build._bf16_transformer
-        monkeypatch.setattr("indexer.embedder.MAX_BUILD_LANES", 1)
-        assert np.array_equal(one_lane.embed(texts, batch_size=2), got)  # the lanes change no bit
+    texts = ["ZeRO stage 3 partitions the parameters.", "  offload the optimizer states to NVMe  ", "pipeline " * 600, "bf16",
+             "How do I set the gradient accumulation steps in the config?", "activation checkpointing", "MoE expert parallel size"]
+    threads = torch.get_num_threads()
+    for build in (SentenceTransformerEmbedder(bf16=None), embedder):  # bf16 where native, and fp32
+        got = build.embed(texts, batch_size=2)  # four batches: more than one lane where there are 2 threads
+        with build._precision():
+            want = build._model.encode(texts, batch_size=2, convert_to_numpy=True, normalize_embeddings=True)
+        assert got.dtype == np.float32 and np.array_equal(got, np.asarray(want, dtype=np.float32))
         assert torch.get_num_threads() == threads
+    fp32 = embedder.embed(texts, batch_size=2)
+    assert (got * fp32).sum(1).min() > 0.9998  # bf16 (where native) against fp32
+    assert ((got @ fp32.T).argmax(1) == np.arange(len(texts))).all()
 
-        calls = []
+    calls = []
+    preprocess = embedder._model.preprocess
 
-        def failing(**batch: Any) -> Any:
-            calls.append(1)
-            if len(calls) == 2:
-                raise RuntimeError("out of memory in a lane")
-            return build._bf16_transformer(**batch)
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("out of memory in a lane")
+        return preprocess(*args, **kwargs)
 
-        monkeypatch.setattr("indexer.embedder.MAX_BUILD_LANES", 2)
-        one_lane.__dict__["_bf16_transformer"] = failing
-        with pytest.raises(RuntimeError, match="out of memory in a lane"):
-            one_lane.embed(texts, batch_size=1)  # a lane's failure reaches the caller; the other lane stops
-        assert len(calls) < len(texts) and torch.get_num_threads() == threads  # not every batch ran
+    monkeypatch.setattr(embedder._model, "preprocess", failing)
+    with pytest.raises(RuntimeError, match="out of memory in a lane"):
+        embedder.embed(texts, batch_size=1)
+    assert len(calls) < len(texts) and torch.get_num_threads() == threads  # not every batch ran
