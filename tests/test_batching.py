@@ -25,22 +25,28 @@ class SlowHash(HashEmbedder):
         return super().embed(texts)
 
 
-def test_concurrent_questions_share_encoder_calls_and_get_their_own_vectors() -> None:
-    inner = SlowHash()
-    batcher = BatchingEmbedder(inner, max_batch=16)
-    texts = [f"question number {i} about zero stage {i % 4}" for i in range(24)]
+def ask_at_once(batcher: BatchingEmbedder, n: int) -> list[str]:
+    """n questions asked from n threads at once; each must get its own vector (the fake's)."""
+    texts = [f"question number {i} about zero stage {i % 4}" for i in range(n)]
     got: dict[int, np.ndarray] = {}
 
     def ask(i: int) -> None:
         got[i] = batcher.embed([texts[i]])
 
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     expected = HashEmbedder(64).embed(texts)
-    assert all(np.allclose(got[i][0], expected[i]) and got[i].shape == (1, 64) for i in range(len(texts)))
+    assert all(np.allclose(got[i][0], expected[i]) and got[i].shape == (1, 64) for i in range(n))
+    return texts
+
+
+def test_concurrent_questions_share_encoder_calls_and_get_their_own_vectors() -> None:
+    inner = SlowHash()
+    batcher = BatchingEmbedder(inner, max_batch=16)
+    texts = ask_at_once(batcher, 24)
     assert len(inner.calls) < len(texts) and max(inner.calls) > 1  # batched
     assert batcher.embed(["a", "b"]).shape == (2, 64)  # bulk calls pass straight through
 
@@ -110,19 +116,7 @@ def test_lanes_encode_concurrent_questions_side_by_side_and_a_lone_one_on_the_ma
     batcher = BatchingEmbedder(main, parallel=parallel, lanes=2)
     alone = batcher.embed(["a lone question about offload"])
     assert main.calls == 1 and parallel.calls == 0  # nothing else waiting: all the main encoder's threads on it
-    texts = [f"question number {i} about zero stage {i % 4}" for i in range(12)]
-    got: dict[int, np.ndarray] = {}
-
-    def ask(i: int) -> None:
-        got[i] = batcher.embed([texts[i]])
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    expected = HashEmbedder(64).embed(texts)
-    assert all(np.allclose(got[i][0], expected[i]) and got[i].shape == (1, 64) for i in range(len(texts)))
+    ask_at_once(batcher, 12)
     assert np.allclose(alone[0], HashEmbedder(64).embed(["a lone question about offload"])[0])
     assert main.calls + parallel.calls == 13  # one encode per question: no batches on lanes
     assert parallel.calls >= 6 and parallel.most_at_once == 2  # two lanes at once, no more
