@@ -193,7 +193,11 @@ def parallel_encoder(settings: Settings, embedder: Embedder) -> Embedder | None:
     torch encoder (its batches stay)."""
     if settings.encoder_lanes < 2 or not isinstance(embedder, OnnxEmbedder):
         return None
-    return OnnxEmbedder(embedder.folder, threads=1, model_file=embedder.model_file)
+    try:
+        return OnnxEmbedder(embedder.folder, threads=1, model_file=embedder.model_file)
+    except Exception as exc:  # noqa: BLE001 - the main session still answers, one batch at a time
+        log.warning("the second ONNX session for concurrent questions did not load (%s): batching instead", exc)
+        return None
 
 
 def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: httpx.Client | None = None,
