@@ -3,7 +3,8 @@
 Each `/ask` runs in its own worker thread and asks for one vector; `BatchingEmbedder` parks the
 request, and encoder threads take it from one queue. With only the main encoder, one thread takes
 whatever is waiting (up to `max_batch`) and runs it as one batch. Given a `parallel` encoder as
-well (the same model on one intra-op thread, safe to call from several threads at once), there are
+well (a factory of the same model on one intra-op thread, safe to call from several threads at once,
+made at `warm` or when two questions first meet, so one-shot commands never load it), there are
 `lanes` threads, each taking one question at a time: a question that finds the queue empty and the
 other lanes idle goes to the main encoder (all its threads on one question: the lowest latency), the
 others go to the parallel one side by side. On two cores and the long real-user questions, two
@@ -21,6 +22,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import numpy as np
@@ -46,12 +48,14 @@ def submit_one(embedder: Embedder, text: str) -> Future[np.ndarray]:
 
 class BatchingEmbedder:
     """An `Embedder` in front of another: single-text calls from many threads become batches, or with
-    a `parallel` encoder, single encodes on `lanes` threads at once."""
+    a `parallel` encoder's factory, single encodes on `lanes` threads at once."""
 
     def __init__(self, inner: Embedder, *, max_batch: int = 16, window_ms: float = 0.0, max_pending: int = 256,
-                 max_cached: int = 2048, parallel: Embedder | None = None, lanes: int = 2) -> None:
+                 max_cached: int = 2048, parallel: Callable[[], Embedder | None] | None = None, lanes: int = 2) -> None:
         self.inner = inner
-        self.parallel = parallel
+        self.make_parallel = parallel
+        self.made: Embedder | None = None  # the parallel encoder once made (the main one when it could not be)
+        self.make_lock = threading.Lock()
         self.busy_lanes = 0
         self.busy_lock = threading.Lock()
         self.name = inner.name
@@ -75,11 +79,19 @@ class BatchingEmbedder:
         return self.submit(texts[0]).result()[None, :]
 
     def warm(self) -> None:
-        """One encode through each encoder now (their first run sets up buffers), not on the first
-        questions."""
-        for encoder in (self.inner, self.parallel):
-            if encoder is not None:
-                encoder.embed(["how do I enable ZeRO stage 3 with CPU offload?"], batch_size=1)
+        """The parallel encoder made, and one encode through each encoder (their first run sets up
+        buffers), now rather than on the first questions."""
+        encoders = {id(e): e for e in (self.inner, self.parallel())}
+        for encoder in encoders.values():
+            encoder.embed(["how do I enable ZeRO stage 3 with CPU offload?"], batch_size=1)
+
+    def parallel(self) -> Embedder:
+        """The encoder for questions side by side, made on first need; the main one without a factory
+        or when the factory gives none."""
+        with self.make_lock:
+            if self.made is None:
+                self.made = (self.make_parallel() if self.make_parallel is not None else None) or self.inner
+            return self.made
 
     def submit(self, text: str) -> Future[np.ndarray]:
         """The vector of one text, to come: the caller works on while the encoder runs (at once when the
@@ -119,14 +131,13 @@ class BatchingEmbedder:
             self._deliver(batch, vectors)
 
     def _run_lane(self) -> None:
-        assert self.parallel is not None
         while True:
             text, future = self.pending.get()
             with self.busy_lock:
-                encoder = self.inner if self.busy_lanes == 0 and self.pending.empty() else self.parallel
+                alone = self.busy_lanes == 0 and self.pending.empty()
                 self.busy_lanes += 1
             try:
-                vectors = encoder.embed([text], batch_size=1)
+                vectors = (self.inner if alone else self.parallel()).embed([text], batch_size=1)
             except Exception as exc:  # noqa: BLE001 - the waiter gets the failure
                 future.set_exception(exc)
                 continue

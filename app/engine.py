@@ -189,14 +189,15 @@ def query_embedder(settings: Settings, index_dir: Path) -> Embedder:
 
 def parallel_encoder(settings: Settings, embedder: Embedder) -> Embedder | None:
     """A second session of the ONNX query encoder on one intra-op thread, for the batcher's lanes to
-    encode concurrent questions side by side (about 95 MB more resident); None with one lane or the
-    torch encoder (its batches stay)."""
+    encode concurrent questions side by side (about 95 MB more resident; made by the batcher when the
+    server warms up or two questions first meet); None with one lane or the torch encoder (its batches
+    stay)."""
     if settings.encoder_lanes < 2 or not isinstance(embedder, OnnxEmbedder):
         return None
     try:
         return OnnxEmbedder(embedder.folder, threads=1, model_file=embedder.model_file)
-    except Exception as exc:  # noqa: BLE001 - the main session still answers, one batch at a time
-        log.warning("the second ONNX session for concurrent questions did not load (%s): batching instead", exc)
+    except Exception as exc:  # noqa: BLE001 - the main session still answers them all
+        log.warning("the second ONNX session for concurrent questions did not load (%s): they share the main one", exc)
         return None
 
 
@@ -218,8 +219,10 @@ def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: 
     if embedder is None:
         embedder = query_embedder(settings, index.path)
         if settings.batch_queries:
-            embedder = BatchingEmbedder(embedder, max_cached=settings.query_cache_size,
-                                        parallel=parallel_encoder(settings, embedder), lanes=settings.encoder_lanes)
+            main = embedder
+            lanes = settings.encoder_lanes >= 2 and isinstance(main, OnnxEmbedder)
+            embedder = BatchingEmbedder(main, max_cached=settings.query_cache_size, lanes=settings.encoder_lanes,
+                                        parallel=(lambda: parallel_encoder(settings, main)) if lanes else None)
     if index.manifest.get("model") != embedder.name:
         problem = f"index at {settings.index_dir} was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it"
         if strict:

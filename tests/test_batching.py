@@ -113,13 +113,16 @@ class OverlapHash(HashEmbedder):
 
 def test_lanes_encode_concurrent_questions_side_by_side_and_a_lone_one_on_the_main_encoder() -> None:
     main, parallel = OverlapHash(), OverlapHash()
-    batcher = BatchingEmbedder(main, parallel=parallel, lanes=2)
+    made: list[OverlapHash] = []
+    batcher = BatchingEmbedder(main, parallel=lambda: made.append(parallel) or parallel, lanes=2)
     alone = batcher.embed(["a lone question about offload"])
     assert main.calls == 1 and parallel.calls == 0  # nothing else waiting: all the main encoder's threads on it
+    assert not made  # the parallel encoder is made only when two questions meet (one-shot commands never load it)
     ask_at_once(batcher, 12)
     assert np.allclose(alone[0], HashEmbedder(64).embed(["a lone question about offload"])[0])
     assert main.calls + parallel.calls == 13  # one encode per question: no batches on lanes
     assert parallel.calls >= 6 and parallel.most_at_once == 2  # two lanes at once, no more
+    assert made == [parallel]  # made once
 
 
 def test_a_failing_lane_encode_reaches_its_caller_and_the_lane_goes_on() -> None:
@@ -129,7 +132,7 @@ def test_a_failing_lane_encode_reaches_its_caller_and_the_lane_goes_on() -> None
                 raise RuntimeError("encoder failed")
             return super().embed(texts)
 
-    batcher = BatchingEmbedder(Failing(64), parallel=Failing(64), lanes=2)
+    batcher = BatchingEmbedder(Failing(64), parallel=lambda: Failing(64), lanes=2)
     with pytest.raises(RuntimeError, match="encoder failed"):
         batcher.embed(["boom"])
     assert batcher.embed(["fine"]).shape == (1, 64) and batcher.busy_lanes == 0
