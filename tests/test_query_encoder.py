@@ -29,7 +29,7 @@ def test_onnx_encoder_gives_the_same_top_10_as_torch(real_index: Path, embedder,
     vectors = onnx.retriever.embedder.embed([q.question for q in questions])  # type: ignore[attr-defined]
     assert np.abs(vectors - embedder.embed([q.question for q in questions])).max() < 1e-4
     # the lanes' one-thread session (concurrent questions) gives the main session's vectors to the bit
-    lanes = onnx.retriever.embedder.parallel  # type: ignore[attr-defined]
+    lanes = onnx.retriever.embedder.parallel()  # type: ignore[attr-defined]
     assert isinstance(lanes, OnnxEmbedder) and lanes.session.get_session_options().intra_op_num_threads == 1
     one_by_one = [q.question for q in questions]
     assert np.array_equal(np.concatenate([lanes.embed([q], batch_size=1) for q in one_by_one]),
@@ -123,15 +123,15 @@ def test_the_build_embedders_lanes_give_encodes_vectors_to_the_bit(embedder, mon
     texts = ["ZeRO stage 3 partitions the parameters.", "  offload the optimizer states to NVMe  ", "pipeline " * 600, "bf16",
              "How do I set the gradient accumulation steps in the config?", "activation checkpointing", "MoE expert parallel size"]
     threads = torch.get_num_threads()
-    for build in (SentenceTransformerEmbedder(bf16=None), embedder):  # bf16 where native, and fp32
-        got = build.embed(texts, batch_size=2)  # four batches: more than one lane where there are 2 threads
+    got = {}
+    for name, build in (("bf16", SentenceTransformerEmbedder(bf16=None)), ("fp32", embedder)):  # bf16 where native
+        got[name] = build.embed(texts, batch_size=2)  # four batches: more than one lane where there are 2 threads
         with build._precision():
             want = build._model.encode(texts, batch_size=2, convert_to_numpy=True, normalize_embeddings=True)
-        assert got.dtype == np.float32 and np.array_equal(got, np.asarray(want, dtype=np.float32))
+        assert got[name].dtype == np.float32 and np.array_equal(got[name], np.asarray(want, dtype=np.float32))
         assert torch.get_num_threads() == threads
-    fp32 = embedder.embed(texts, batch_size=2)
-    assert (got * fp32).sum(1).min() > 0.9998  # bf16 (where native) against fp32
-    assert ((got @ fp32.T).argmax(1) == np.arange(len(texts))).all()
+    assert (got["bf16"] * got["fp32"]).sum(1).min() > 0.9998  # bf16 (where native) against fp32, each in its text's row
+    assert ((got["bf16"] @ got["fp32"].T).argmax(1) == np.arange(len(texts))).all()
 
     calls = []
     preprocess = embedder._model.preprocess
