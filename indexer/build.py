@@ -33,6 +33,7 @@ from indexer.onnx_encoder import (
     is_encoder_folder,
     quantize_encoder,
 )
+from indexer.onnx_graph import simplify_encoder
 from indexer.package_source import read_api_docs, read_config_catalogue
 from indexer.snippet_check import check_snippet
 from indexer.store import write_index
@@ -123,6 +124,8 @@ def query_encoder(embedder: Embedder, cache_dir: Path | None) -> Path | None:
     folder = (cache_dir or Path(tempfile.gettempdir())) / f"encoder-{re.sub(r'[^A-Za-z0-9_.-]', '_', embedder.name)}"
     if is_encoder_folder(folder):  # exported by an earlier build
         try:
+            if simplify_encoder(folder / MODEL_FILE):  # a folder exported before the graph was simplified
+                (folder / INT8_FILE).unlink(missing_ok=True)  # quantized from the graph as it was
             quantize_encoder(folder)  # a folder cached before the int8 encoder existed
         except Exception as exc:  # noqa: BLE001 - the full-precision encoder still answers
             log.warning("could not quantize the query encoder (%s): queries will use the full-precision one", exc)

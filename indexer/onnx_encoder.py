@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.onnx_graph import simplify_encoder
 from indexer.quiet import export_quiet
 
 ENCODER_DIR = "encoder"  # inside an index folder
@@ -26,9 +27,10 @@ INFO_FILE = "encoder.json"
 MAX_TOKENS = 256  # the sentence-transformers embedder's max_seq_length
 
 
-def export_encoder(model_path: str, out_dir: Path, name: str, dimension: int) -> Path:
+def export_encoder(model_path: str, out_dir: Path, name: str, dimension: int, *, simplify: bool = True) -> Path:
     """Write model.onnx, tokenizer.json and encoder.json for the sentence-transformers model at
-    `model_path` (a BERT-style transformer + mean pooling + normalisation) into out_dir."""
+    `model_path` (a BERT-style transformer + mean pooling + normalisation) into out_dir; the graph
+    simplified (`indexer/onnx_graph.py`) unless `simplify` is False."""
     import torch
     from transformers import AutoModel
 
@@ -55,6 +57,8 @@ def export_encoder(model_path: str, out_dir: Path, name: str, dimension: int) ->
             dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"}, "embedding": {0: "batch"}},
             opset_version=17, dynamo=False,
         )
+    if simplify:
+        simplify_encoder(out_dir / MODEL_FILE)
     shutil.copyfile(Path(model_path) / TOKENIZER_FILE, out_dir / TOKENIZER_FILE)
     (out_dir / INFO_FILE).write_text(json.dumps({"name": name, "dimension": dimension, "max_tokens": MAX_TOKENS}), encoding="utf-8")
     quantize_encoder(out_dir)

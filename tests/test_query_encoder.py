@@ -146,3 +146,33 @@ def test_the_build_embedders_lanes_give_encodes_vectors_to_the_bit(embedder, mon
     with pytest.raises(RuntimeError, match="out of memory in a lane"):
         embedder.embed(texts, batch_size=1)
     assert len(calls) < len(texts) and torch.get_num_threads() == threads  # not every batch ran
+
+
+def test_the_simplified_graph_gives_the_traced_exports_vectors_to_the_bit(real_index: Path, embedder, dev_questions: Path,
+                                                                          tmp_path: Path) -> None:
+    """The index's encoder graph is simplified (no softmax NaN guards, one mask `Where`, no reshape
+    target computed at run time) and gives the vectors of the export as traced to the bit, one question
+    at a time and in padded batches; a graph whose outputs differ is not accepted."""
+    import onnx
+    from onnx import numpy_helper
+
+    from indexer.onnx_encoder import export_encoder
+    from indexer.onnx_graph import is_simplified, same_outputs, simplify_encoder
+
+    shipped = onnx.load(str(real_index / ENCODER_DIR / MODEL_FILE))
+    ops = [n.op_type for n in shipped.graph.node]
+    assert is_simplified(shipped) and "IsNaN" not in ops
+    assert ops.count("Where") < 6 and ops.count("Shape") < 20  # 6 and 40 as traced
+    traced_dir = export_encoder(embedder.path, tmp_path / "traced", embedder.name, embedder.dimension, simplify=False)
+    traced_model = onnx.load(str(traced_dir / MODEL_FILE))
+    assert not is_simplified(traced_model) and len(traced_model.graph.node) > len(shipped.graph.node) + 200
+    questions = [q.question for q in load_questions(dev_questions)]
+    traced, simple = OnnxEmbedder(traced_dir, threads=2), OnnxEmbedder(real_index / ENCODER_DIR, threads=2)
+    for batch_size in (1, 16):
+        assert np.array_equal(traced.embed(questions, batch_size=batch_size), simple.embed(questions, batch_size=batch_size))
+    broken = onnx.ModelProto.FromString(shipped.SerializeToString())
+    weight = next(i for i in broken.graph.initializer if i.name.endswith("attention.output.dense.bias"))
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) + 1e-3, weight.name))
+    assert same_outputs(shipped, shipped) and not same_outputs(shipped, broken)
+    assert simplify_encoder(traced_dir / MODEL_FILE) and not simplify_encoder(traced_dir / MODEL_FILE)
+    assert is_simplified(onnx.load(str(traced_dir / MODEL_FILE)))
