@@ -67,7 +67,9 @@ def _probe_shapes(model: Any, tensors: list[str]) -> dict[str, list[tuple[int, .
     types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.value_info, *inferred.input, *inferred.output]}
     outputs = model.graph.output
     kept = len(outputs)
-    outputs.extend(onnx.helper.make_tensor_value_info(t, types.get(t, onnx.TensorProto.FLOAT), None) for t in tensors)
+    exposed = {o.name for o in outputs}
+    outputs.extend(onnx.helper.make_tensor_value_info(t, types.get(t, onnx.TensorProto.FLOAT), None)
+                   for t in tensors if t not in exposed)
     try:
         session = _session(model.SerializeToString(), as_written=True)
     finally:
@@ -214,7 +216,12 @@ def simplify_encoder(path: Path) -> bool:
         log.warning("the simplified encoder's outputs differ from the export's: it is kept as exported")
         return False
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(smaller)
-    tmp.replace(path)
+    try:
+        tmp.write_bytes(smaller)
+        tmp.replace(path)
+    except OSError as exc:  # a full disk or a read-only cache: the export stays as it is, whole
+        tmp.unlink(missing_ok=True)
+        log.warning("the simplified encoder could not be written (%s): the export is kept as it is", exc)
+        return False
     log.info("encoder graph simplified: %d -> %d operators", operators, len(model.graph.node))
     return True
