@@ -187,13 +187,10 @@ def query_embedder(settings: Settings, index_dir: Path) -> Embedder:
     return make_embedder(settings.embedding_model)
 
 
-def parallel_encoder(settings: Settings, embedder: Embedder) -> Embedder | None:
+def parallel_encoder(embedder: OnnxEmbedder) -> OnnxEmbedder | None:
     """A second session of the ONNX query encoder on one intra-op thread, for the batcher's lanes to
     encode concurrent questions side by side (about 95 MB more resident; made by the batcher when the
-    server warms up or two questions first meet); None with one lane or the torch encoder (its batches
-    stay)."""
-    if settings.encoder_lanes < 2 or not isinstance(embedder, OnnxEmbedder):
-        return None
+    server warms up or two questions first meet); None when it does not load."""
     try:
         return OnnxEmbedder(embedder.folder, threads=1, model_file=embedder.model_file)
     except Exception as exc:  # noqa: BLE001 - the main session still answers them all
@@ -219,10 +216,10 @@ def load_engine(settings: Settings, embedder: Embedder | None = None, llm_http: 
     if embedder is None:
         embedder = query_embedder(settings, index.path)
         if settings.batch_queries:
+            # lanes with two or more of them and the ONNX encoder; the torch encoder keeps its batches
             main = embedder
-            lanes = settings.encoder_lanes >= 2 and isinstance(main, OnnxEmbedder)
-            embedder = BatchingEmbedder(main, max_cached=settings.query_cache_size, lanes=settings.encoder_lanes,
-                                        parallel=(lambda: parallel_encoder(settings, main)) if lanes else None)
+            parallel = (lambda: parallel_encoder(main)) if settings.encoder_lanes >= 2 and isinstance(main, OnnxEmbedder) else None
+            embedder = BatchingEmbedder(main, max_cached=settings.query_cache_size, lanes=settings.encoder_lanes, parallel=parallel)
     if index.manifest.get("model") != embedder.name:
         problem = f"index at {settings.index_dir} was built with {index.manifest.get('model')}, the service loads {embedder.name}: rebuild it"
         if strict:
