@@ -41,6 +41,7 @@ Not shipped.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
 import tempfile
@@ -201,7 +202,9 @@ def towers(retriever: HybridRetriever, args: argparse.Namespace) -> tuple[dict[s
     texts = [retriever.glossary.expand(q.question) for q in both]
     folds = np.array([hash_fold(q.id, FOLDS) for q in tune] + [-1] * len(extra))
     dtexts, dpos = doc_pairs(retriever.index.chunks, args.doc_pairs)
-    tag = f"r{args.rank}e{args.epochs}lr{args.lr}d{args.doc_pairs}" + ("-docs-only" if args.docs_only else "")
+    # a tower is cached for these passage vectors and questions (another index or question set retrains)
+    data = hashlib.sha1(retriever.matrix.tobytes() + "\n".join(texts + dtexts).encode()).hexdigest()[:12]
+    tag = f"r{args.rank}e{args.epochs}lr{args.lr}d{args.doc_pairs}" + ("-docs-only" if args.docs_only else "") + f"-{data}"
     if args.docs_only:  # one tower that never saw a question: no fold needs its own
         texts, pos, folds, tune, both = [], [], np.zeros(0, dtype=int), [], []
     args.out.mkdir(parents=True, exist_ok=True)
