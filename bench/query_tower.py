@@ -54,13 +54,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 from app.engine import load_engine  # noqa: E402
 from app.query_adapter import load_query_adapter  # noqa: E402
 from app.ranking import load_ranker  # noqa: E402
 from app.retriever import HybridRetriever  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from eval.adapter_training import FOLDS, positives, train_adapter  # noqa: E402
+from eval.adapter_training import FOLDS, passage_loss, positive_mask, positives, train_adapter  # noqa: E402
 from eval.memory_training import build_memory, resolve  # noqa: E402
 from eval.question_set import (  # noqa: E402
     OUTSIDE_B_QUESTIONS,
@@ -72,16 +73,28 @@ from eval.question_set import (  # noqa: E402
 from eval.ranker_training import train_ranker  # noqa: E402
 from eval.retrieval_eval import format_table, question_sets, score_sets  # noqa: E402
 from indexer.embedder import default_model_path  # noqa: E402
+from indexer.onnx_encoder import MAX_TOKENS, mean_pooled  # noqa: E402
 
-TEMPERATURE = 0.03
 BATCH = 32
+
+
+class LoRA(torch.nn.Module):
+    """A frozen linear layer plus a trainable low-rank update (zero at the start)."""
+
+    def __init__(self, base: torch.nn.Linear, rank: int) -> None:
+        super().__init__()
+        self.base = base
+        self.a = torch.nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
+        self.b = torch.nn.Parameter(torch.zeros(base.out_features, rank))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + (x @ self.a.T) @ self.b.T
 
 
 class QueryTower:
     """MiniLM (mean pooling, unit length) with optional LoRA on its projections; fp32 torch."""
 
     def __init__(self, rank: int) -> None:
-        import torch
         from transformers import AutoModel, AutoTokenizer
 
         torch.manual_seed(0)
@@ -92,47 +105,27 @@ class QueryTower:
         if rank > 0:
             for layer in self.model.encoder.layer:
                 att = layer.attention.self
-                att.query, att.value = _lora(att.query, rank), _lora(att.value, rank)
-                layer.attention.output.dense = _lora(layer.attention.output.dense, rank)
-                layer.intermediate.dense = _lora(layer.intermediate.dense, rank)
-                layer.output.dense = _lora(layer.output.dense, rank)
+                att.query, att.value = LoRA(att.query, rank), LoRA(att.value, rank)
+                layer.attention.output.dense = LoRA(layer.attention.output.dense, rank)
+                layer.intermediate.dense = LoRA(layer.intermediate.dense, rank)
+                layer.output.dense = LoRA(layer.output.dense, rank)
         self.model.eval()
 
-    def encode(self, texts: list[str]) -> Any:
-        import torch
+    @property
+    def dimension(self) -> int:
+        return int(self.model.config.hidden_size)
 
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
-        out = self.model(**enc).last_hidden_state
-        mask = enc["attention_mask"].unsqueeze(-1).float()
-        return torch.nn.functional.normalize((out * mask).sum(1) / mask.sum(1).clamp(min=1e-9), dim=1)
+    def encode(self, texts: list[str]) -> torch.Tensor:
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt")
+        return mean_pooled(self.model(**enc).last_hidden_state, enc["attention_mask"])
 
     def vectors(self, texts: list[str]) -> np.ndarray:
-        import torch
-
         with torch.no_grad():
             rows = [self.encode(texts[k:k + BATCH]).numpy() for k in range(0, len(texts), BATCH)]
-        return np.vstack(rows).astype(np.float32) if rows else np.zeros((0, 384), np.float32)
-
-
-def _lora(base: Any, rank: int) -> Any:
-    import torch
-
-    class LoRA(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.base = base
-            self.a = torch.nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
-            self.b = torch.nn.Parameter(torch.zeros(base.out_features, rank))
-
-        def forward(self, x: Any) -> Any:
-            return self.base(x) + (x @ self.a.T) @ self.b.T
-
-    return LoRA()
+        return np.vstack(rows).astype(np.float32) if rows else np.zeros((0, self.dimension), np.float32)
 
 
 def train_tower(texts: list[str], pos: list[list[int]], matrix: np.ndarray, args: argparse.Namespace) -> QueryTower:
-    import torch
-
     tower = QueryTower(args.rank)
     params = [p for p in tower.model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
@@ -146,11 +139,7 @@ def train_tower(texts: list[str], pos: list[list[int]], matrix: np.ndarray, args
         order = rng.permutation(idx)
         for k in range(0, len(order), BATCH):
             batch = order[k:k + BATCH]
-            logits = tower.encode([texts[i] for i in batch]) @ m.T / TEMPERATURE
-            mask = torch.zeros_like(logits, dtype=torch.bool)
-            for row, i in enumerate(batch):
-                mask[row, pos[i]] = True
-            loss = (torch.logsumexp(logits, 1) - torch.logsumexp(logits.masked_fill(~mask, -1e9), 1)).mean()
+            loss = passage_loss(tower.encode([texts[i] for i in batch]), m, positive_mask([pos[i] for i in batch], len(m)))
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -168,7 +157,7 @@ class TableEmbedder:
 
     @property
     def dimension(self) -> int:
-        return 384
+        return self.tower.dimension
 
     def embed(self, texts: list[str], *, batch_size: int = 32, progress: bool = False) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
@@ -192,11 +181,10 @@ def doc_pairs(chunks: list[Any], n: int) -> tuple[list[str], list[list[int]]]:
 
 
 def towers(retriever: HybridRetriever, args: argparse.Namespace) -> tuple[dict[str, np.ndarray], QueryTower]:
-    """The held-out vectors of the tune questions' searched texts, and the tower trained on everything."""
-    import torch
-
+    """The held-out vectors of the tune questions' searched texts, and the tower trained on everything
+    (`--docs-only`: one tower on the doc pairs alone, no question, so no fold needs its own)."""
     torch.set_num_threads(2)
-    tune, extra = load_split("tune"), load_training_questions(retriever.index.chunks)
+    tune, extra = ([], []) if args.docs_only else (load_split("tune"), load_training_questions(retriever.index.chunks))
     both = tune + extra
     pos = positives(retriever, both)
     texts = [retriever.glossary.expand(q.question) for q in both]
@@ -205,8 +193,6 @@ def towers(retriever: HybridRetriever, args: argparse.Namespace) -> tuple[dict[s
     # a tower is cached for these passage vectors and questions (another index or question set retrains)
     data = hashlib.sha1(retriever.matrix.tobytes() + "\n".join(texts + dtexts).encode()).hexdigest()[:12]
     tag = f"r{args.rank}e{args.epochs}lr{args.lr}d{args.doc_pairs}" + ("-docs-only" if args.docs_only else "") + f"-{data}"
-    if args.docs_only:  # one tower that never saw a question: no fold needs its own
-        texts, pos, folds, tune, both = [], [], np.zeros(0, dtype=int), [], []
     args.out.mkdir(parents=True, exist_ok=True)
     table: dict[str, np.ndarray] = {}
     last = None

@@ -56,6 +56,25 @@ def base_vectors(retriever: HybridRetriever, questions: list[str]) -> np.ndarray
     return np.vstack(rows).astype(np.float32)
 
 
+def positive_mask(pos: list[list[int]], chunks: int) -> Any:
+    """A boolean tensor, one row per question: its positive chunks."""
+    import torch
+
+    mask = torch.zeros(len(pos), chunks, dtype=torch.bool)
+    for row, p in enumerate(pos):
+        mask[row, p] = True
+    return mask
+
+
+def passage_loss(queries: Any, matrix: Any, mask: Any) -> Any:
+    """The mean softmax cross-entropy of unit query vectors' cosines over every chunk's vector
+    (temperature TEMPERATURE), each row's positives those of `mask` (tensors in, a scalar tensor out)."""
+    import torch
+
+    logits = queries @ matrix.T / TEMPERATURE
+    return (torch.logsumexp(logits, 1) - torch.logsumexp(logits.masked_fill(~mask, -1e9), 1)).mean()
+
+
 def fit_delta(vectors: np.ndarray, pos: list[list[int]], matrix: np.ndarray, *, lam: float = LAMBDA) -> np.ndarray:
     import torch
 
@@ -65,9 +84,7 @@ def fit_delta(vectors: np.ndarray, pos: list[list[int]], matrix: np.ndarray, *, 
         raise ValueError("no tune question has a passage holding its evidence: nothing to learn from")
     q = torch.tensor(vectors[keep])
     m = torch.tensor(matrix.astype(np.float32))
-    mask = torch.zeros(len(keep), len(matrix), dtype=torch.bool)
-    for row, i in enumerate(keep):
-        mask[row, pos[i]] = True
+    mask = positive_mask([pos[i] for i in keep], len(matrix))
     delta = torch.zeros(q.shape[1], q.shape[1], requires_grad=True)
     opt = torch.optim.LBFGS([delta], lr=1.0, max_iter=MAX_ITERATIONS, history_size=20, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-9, tolerance_change=1e-12)
@@ -75,9 +92,7 @@ def fit_delta(vectors: np.ndarray, pos: list[list[int]], matrix: np.ndarray, *, 
     def closure() -> torch.Tensor:
         opt.zero_grad()
         moved = torch.nn.functional.normalize(q + q @ delta, dim=1)
-        logits = moved @ m.T / TEMPERATURE
-        loss = (torch.logsumexp(logits, 1) - torch.logsumexp(logits.masked_fill(~mask, -1e9), 1)).mean()
-        loss = loss + lam * (delta ** 2).sum()
+        loss = passage_loss(moved, m, mask) + lam * (delta ** 2).sum()
         loss.backward()
         return loss
 

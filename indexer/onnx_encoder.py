@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,16 @@ INT8_FILE = "model-int8.onnx"  # the same graph with int8 weights (dynamic quant
 TOKENIZER_FILE = "tokenizer.json"
 INFO_FILE = "encoder.json"
 MAX_TOKENS = 256  # the sentence-transformers embedder's max_seq_length
+
+
+def mean_pooled(tokens: Any, attention_mask: Any) -> Any:
+    """The sentence-transformers model's vector from its token states (torch tensors): the mean over
+    unmasked tokens, normalised to unit length."""
+    import torch
+
+    mask = attention_mask.unsqueeze(-1).to(tokens.dtype)
+    mean = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(mean, p=2, dim=1)
 
 
 def export_encoder(model_path: str, out_dir: Path, name: str, dimension: int, *, simplify: bool = True) -> Path:
@@ -44,10 +55,7 @@ def export_encoder(model_path: str, out_dir: Path, name: str, dimension: int, *,
             self.model = model
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            tokens = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(tokens.dtype)
-            mean = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(mean, p=2, dim=1)
+            return mean_pooled(self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, attention_mask)
 
     ids = torch.ones((1, 8), dtype=torch.int64)
     with torch.no_grad(), export_quiet():
