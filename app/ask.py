@@ -174,12 +174,15 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
             if not request.checked_only or shown.status in (RAN, CHECKED):
                 snippets.append(shown)
     sources: list[Source] = []
+    # an argument the installed function does not take is the answer's first fact, covered or not
+    unaccepted = unaccepted_line(result.unaccepted_arguments, str(index.manifest.get("deepspeed_version") or ""))
     if not covered:
-        draft = unknown_line(result.unknown_settings) + NOT_COVERED
+        draft = unknown_line(result.unknown_settings) + unaccepted + NOT_COVERED
     else:
         sources, similarities = answer_sources(index, result, engine.unit_adapter)
         ask_text = split_question(result.query).ask
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
+        terms = unaccepted + terms
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model, result.seen_units)
         draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined)
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)
@@ -227,6 +230,16 @@ def unknown_line(names: tuple[str, ...], limit: int = 3) -> str:
     verb = "appears" if len(names) == 1 else "appear"
     return (f"{shown} {verb} nowhere in the DeepSpeed docs, config catalogue or notes indexed here "
             f"(deepspeed's own config, launcher and API do not seem to have {'it' if len(names) == 1 else 'them'}).\n\n")
+
+
+def unaccepted_line(arguments: tuple[tuple[str, str], ...], version: str, limit: int = 2) -> str:
+    """'`deepspeed.initialize` takes no keyword argument `seed` in deepspeed 0.19.8.' for the (function,
+    keyword) pairs a question passes that the installed function does not take ('' for none)."""
+    if not arguments:
+        return ""
+    where = f" in deepspeed {version}" if version else " in the installed deepspeed"
+    said = [f"`{function}` takes no keyword argument `{keyword}`{where}." for function, keyword in arguments[:limit]]
+    return " ".join(said) + "\n\n"
 
 
 def key_line(keys: list[str], docs: dict[str, str], limit: int = 2) -> str:

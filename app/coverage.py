@@ -7,7 +7,8 @@ all (the ask's share the index never names, and whether a `deepspeed.` path is a
 of the ask's words no passage or heading holds at all (a GPU, library or product the docs never name), whether
 it asks for a date, price, opinion or measured number or for the release that first had a feature
 (what docs never hold), whether it writes out a config key (`"name": ...`) or a launcher flag
-(`--name`) that nothing indexed names (a key DeepSpeed never had), how far BM25's
+(`--name`) that nothing indexed names (a key DeepSpeed never had) or passes a DeepSpeed function a keyword
+argument the installed one does not take (`indexer/api_signatures.py`), how far BM25's
 and the dense model's top ten agree, how close the question comes to one already answered (the
 best cosine with a question of the memory, `app/question_memory.py`), and how close to one the docs do not
 answer and how much it leans toward such questions (`app/refusal_memory.py`). A logistic model over them, trained on the `tune` split of our
@@ -45,7 +46,8 @@ COVERAGE_FEATURES: tuple[str, ...] = (
     "any_unseen",  # product the docs never name), and whether there is any
     "seen_best",  # the best cosine with a remembered question (`ChunkMemory.best`; missing without a memory)
     "first_release",  # asks which release first had a feature (`app.query.asks_first_release`)
-    "unknown_setting",  # writes out a config key ("name": ...), flag (--name) or keyword argument (f(a_b=1)) that nothing indexed names
+    "unknown_setting",  # writes out a config key ("name": ...), flag (--name) or keyword argument (f(a_b=1)) that nothing indexed
+    # names, or passes a DeepSpeed function a keyword argument the installed one does not take (`indexer/api_signatures.py`)
     "refused_best",  # how close it comes to a remembered question the docs do not answer (`app/refusal_memory.py`)
     "plan_or_figure",  # asks for a plan, an expected figure or others' experience (`app.query.asks_plan_or_figure`)
     "refused_leaning",  # how much the question leans toward the kinds the docs do not answer (`RefusalMemory.leaning`)
@@ -82,7 +84,7 @@ def coverage_features(q: QuerySignals, candidate_cos: np.ndarray, top: list[int]
         float(q.unseen_terms > 0),
         np.nan if q.seen_best is None else q.seen_best,
         float(q.first_release),
-        float(bool(q.unknown_settings)),
+        float(bool(q.unknown_settings or q.unaccepted_arguments)),
         np.nan if q.refused_best is None else q.refused_best,
         float(q.plan_or_figure),
         np.nan if q.refused_leaning is None else q.refused_leaning,

@@ -161,6 +161,22 @@ def settings_named(text: str) -> list[str]:
     return [n.lower() for n in names if "_" in n or "-" in n]
 
 
+_CALL = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\(([^()]*(?:\([^()]*\)[^()]*)*)\)")
+_INNER = re.compile(r"\([^()]*\)")
+_KEYWORD = re.compile(r"(?:^|,)\s*([A-Za-z_]\w*)\s*=(?!=)")
+
+
+def keyword_calls(text: str) -> list[tuple[str, str]]:
+    """(callee as written, keyword) for every keyword argument a text passes in call form:
+    `deepspeed.initialize(..., seed=1234)` gives ("deepspeed.initialize", "seed"); the keywords of a call
+    nested in the arguments belong to that call only."""
+    out: list[tuple[str, str]] = []
+    for m in _CALL.finditer(text):
+        out += [(m.group(1), k) for k in _KEYWORD.findall(_INNER.sub("()", m.group(2)))]
+        out += keyword_calls(m.group(2))  # the calls inside its arguments
+    return out
+
+
 def identifiers(text: str) -> set[str]:
     """The whole identifiers a text names (`overlap_comm`, `deepspeed.zero.init`, `--num_gpus`),
     lowercased: the tokens with `_` or `.` that the tokenizer keeps whole."""

@@ -29,6 +29,7 @@ from app.query import (
     asks_plan_or_figure,
     asks_unknowable,
     identifiers,
+    keyword_calls,
     settings_named,
     split_question,
 )
@@ -59,6 +60,7 @@ class SearchResult:
     covered: bool | None = None  # the retriever's own coverage decision; None: the caller judges `relevance`
     query_vector: np.ndarray | None = None  # the encoder's vector of the question
     unknown_settings: tuple[str, ...] = ()  # config keys, flags or keyword arguments the question writes out that nothing indexed names
+    unaccepted_arguments: tuple[tuple[str, str], ...] = ()  # (function, keyword) the question passes that the installed function does not take
     seen_units: Mapping[str, float] = field(default_factory=dict)  # `ChunkMemory.seen_units` of the question ({}: no memory)
 
 
@@ -201,6 +203,7 @@ class HybridRetriever:
             plan_or_figure=asks_plan_or_figure(question),
             first_release=asks_first_release(question),
             unknown_settings=tuple(dict.fromkeys(n for n in settings_named(question) if not self.knows_setting(n))),
+            unaccepted_arguments=self.unaccepted_arguments(question),
             unseen_terms=sum(1 for t in ask_terms if not self.feature_table.knows(t)),
             seen=seen,
             seen_best=seen_best,
@@ -211,6 +214,13 @@ class HybridRetriever:
             unit_cos=self.unit_cosines(searched, cos, pool) if self.options.sentence_cosine else None,
         )
         return query, signals
+
+    def unaccepted_arguments(self, question: str) -> tuple[tuple[str, str], ...]:
+        """(function, keyword) for each keyword argument the question passes that the installed function
+        it names does not take (`deepspeed.initialize(..., seed=1)`)."""
+        found = [(sig.qualified, keyword) for callee, keyword in keyword_calls(question)
+                 if (sig := self.index.signatures.unaccepted(callee, keyword)) is not None]
+        return tuple(dict.fromkeys(found))
 
     def knows_setting(self, name: str) -> bool:
         """Whether a chunk or heading names a setting, spelt with `_` or `-` (`--num_gpus`, `num-gpus`)."""
@@ -276,7 +286,8 @@ class HybridRetriever:
             row = self.coverage_row(q, ids, top)
             covered = bool(model.score(row[None, :])[0] >= model.threshold)
         return SearchResult(hits=hits, query=query, relevance=relevance, covered=covered, query_vector=q.query_vector,
-                            unknown_settings=q.unknown_settings, seen_units=q.seen_units or {})
+                            unknown_settings=q.unknown_settings, unaccepted_arguments=q.unaccepted_arguments,
+                            seen_units=q.seen_units or {})
 
     def coverage_row(self, q: QuerySignals, ids: np.ndarray, top: list[tuple[int, float]]) -> np.ndarray:
         """The coverage signals of a search whose first passages are `top` (chunk id, score)."""

@@ -33,9 +33,9 @@ from eval.question_set import hash_fold, split_of
 # the quantile of the answerable tune questions' scores the threshold sits at: the split-conformal
 # quantile, the largest of CV_ALPHAS whose cross-validated false refusals stay under issue 10's 3% with a
 # margin (`cross_validate`: 374 answerable, 299 unanswerable, the 626 training-only ones always in the fitted
-# part). Held-out answerable refused / unanswerable refused at 1.5%, 1.75%, 2%, 2.5%: 1.6% / 82.9%,
-# 2.4% / 84.8%, 3.0% / 85.6%, 3.7% / 88.0%; without the training-only ones 1.4% / 79.6%, 1.8% / 82.5%,
-# 2.0% / 82.8% (shipped before), 3.4% / 86.7%.
+# part). Held-out answerable refused / unanswerable refused at 1.5%, 1.75%, 2%, 2.5% (stop 48): 1.8% / 85.9%,
+# 2.0% / 87.9%, 2.7% / 88.8%, 3.5% / 91.6%. When 1.75% was chosen: 1.6% / 82.9%, 2.4% / 84.8%, 3.0% / 85.6%,
+# 3.7% / 88.0%; without the training-only ones 1.4% / 79.6%, 1.8% / 82.5%, 2.0% / 82.8%, 3.4% / 86.7%.
 CONFORMAL_ALPHA = 0.0175
 # the leaning probe: a balanced logistic regression over base question vectors, its training values
 # cross-fitted over PROBE_FOLDS; PROBE_C by the same cross-validation on tune (unanswerable refused at the

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from indexer.api_signatures import SIGNATURES_FILE, write_signatures
 from indexer.chunker import ChunkBudget, chunk_document
 from indexer.config_catalogue import deepspeed_version
 from indexer.docs_source import find_docs_root, read_docs_dir, read_notes_dir
@@ -34,7 +35,7 @@ from indexer.onnx_encoder import (
     quantize_encoder,
 )
 from indexer.onnx_graph import simplify_encoder
-from indexer.package_source import read_api_docs, read_config_catalogue
+from indexer.package_source import api_signatures, read_api_docs, read_config_catalogue
 from indexer.snippet_check import check_snippet
 from indexer.store import write_index
 from indexer.text_units import unit_table
@@ -205,6 +206,10 @@ def build_index(
     errors = error_catalogue(cache_dir)
     if errors is not None:
         manifest["error_catalogue"] = ERRORS_FILE
-    write_index(out, chunks, snippets, vectors, manifest, units=(units, unit_vectors), extra_dirs={ENCODER_DIR: encoder} if encoder else None,
-                extra_files={ERRORS_FILE: errors} if errors is not None else None)
+    with tempfile.TemporaryDirectory() as work:
+        signatures = Path(work) / SIGNATURES_FILE  # which keyword arguments the API functions take
+        write_signatures(signatures, api_signatures())
+        extra = {SIGNATURES_FILE: signatures} | ({ERRORS_FILE: errors} if errors is not None else {})
+        write_index(out, chunks, snippets, vectors, manifest, units=(units, unit_vectors),
+                    extra_dirs={ENCODER_DIR: encoder} if encoder else None, extra_files=extra)
     return BuildReport(out, len(chunks), len(snippets), embedded, time.perf_counter() - start, by_source, missing)

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from indexer.api_signatures import Signature, build_signatures
 from indexer.config_catalogue import ConfigKey, build_catalogue, deepspeed_version
 from indexer.documents import Block, Document, Section
 from indexer.markdown import clean_prose, split_front_matter
@@ -184,6 +185,11 @@ def read_api_docs() -> list[Document]:
                 )
             )
     return docs
+
+
+def api_signatures() -> list[Signature]:
+    """The keyword arguments of every symbol the API pages document (`indexer/api_signatures.py`)."""
+    return build_signatures(API_SYMBOLS, _resolve)
 
 
 def config_reference_prose(docs_root: Path | None) -> dict[str, str]:

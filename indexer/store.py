@@ -21,6 +21,7 @@ import faiss
 import numpy as np
 
 from app.errors import IndexUnusable
+from indexer.api_signatures import SIGNATURES_FILE, ApiSignatures
 from indexer.documents import Chunk, Snippet
 from indexer.index_folder import MANIFEST, index_present, recover_swap, remove_stale_builds, swap_into_place  # noqa: F401 - re-exported
 from indexer.quiet import captured
@@ -52,6 +53,7 @@ class LoadedIndex:
     unit_vectors: np.ndarray | None = None  # one row per unit, chunk by chunk
     terms: list[tuple[frozenset[str], frozenset[str]]] | None = None  # per chunk (text, trail) tokens; None: not stored
     ledger_stamp: tuple[int, int] = (0, 0)  # the ledger file's (mtime_ns, size) when last read
+    signatures: ApiSignatures = field(default_factory=ApiSignatures)  # the API functions' keyword arguments (empty: an index built before)
 
     def refresh_verification(self) -> bool:
         """Re-read the ledger when a verify run (in the background, or another process) changed it;
@@ -243,4 +245,5 @@ def load_index(path: Path, verify: bool = True) -> LoadedIndex:
     return LoadedIndex(
         path=path, manifest=manifest, chunks=chunks, snippets=snippets, vectors=vectors, bm25=bm25,
         verification=read_ledger(path), units=units, unit_vectors=unit_vectors, terms=terms,
+        signatures=_read(path, SIGNATURES_FILE, ApiSignatures.read),
     )

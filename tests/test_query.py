@@ -83,3 +83,50 @@ def test_settings_named_reads_config_keys_and_flags() -> None:
     # keyword arguments of a call: compound names only, never a comparison
     assert settings_named("deepspeed.init_inference(model, tp_size=2, dtype=torch.half, draft_model = d)") == ["tp_size", "draft_model"]
     assert settings_named("if (a, b_c == 3) or x_y=1") == []
+
+
+def test_keyword_calls_read_each_calls_own_keywords() -> None:
+    from app.query import keyword_calls
+
+    assert keyword_calls("Does deepspeed.initialize(..., seed=1234) seed every rank?") == [("deepspeed.initialize", "seed")]
+    assert keyword_calls("engine.save_checkpoint(d, tag=t, client_state=dict(step=3, lr=x))") == [
+        ("engine.save_checkpoint", "tag"), ("engine.save_checkpoint", "client_state"),  # the nested call's are its own
+        ("dict", "step"), ("dict", "lr")]
+    assert keyword_calls("if (a == b) or f(x) and g(y, z==1)") == []
+    assert keyword_calls("用 deepspeed.zero.Init(remote_device='cpu') 初始化") == [("deepspeed.zero.Init", "remote_device")]
+
+
+def test_an_argument_no_function_of_that_name_takes_is_judged() -> None:
+    from indexer.api_signatures import ApiSignatures, Signature
+
+    table = ApiSignatures({
+        "initialize": (Signature("deepspeed.initialize", ("args", "model", "config"), False),),
+        "save_checkpoint": (Signature("deepspeed.runtime.engine.DeepSpeedEngine.save_checkpoint", ("save_dir", "tag"), False),),
+        "init_inference": (Signature("deepspeed.init_inference", ("model", "config"), True),),
+        "step": (Signature("deepspeed.runtime.engine.DeepSpeedEngine.step", ("lr_kwargs",), False),),
+        "init_distributed": (Signature("deepspeed.init_distributed", ("dist_backend",), False),
+                             Signature("deepspeed.comm.init_distributed", ("dist_backend", "rank"), False)),
+    })
+    assert table.unaccepted("deepspeed.initialize", "seed") is not None
+    assert table.unaccepted("deepspeed.initialize", "config") is None
+    assert table.unaccepted("engine.save_checkpoint", "tokenizer") is not None  # any receiver: a compound name is DeepSpeed's
+    assert table.unaccepted("deepspeed.init_inference", "tp_size") is None  # it takes **kwargs
+    assert table.unaccepted("model.step", "closure") is None  # `step` may be anybody's
+    assert table.unaccepted("deepspeed.runtime.engine.DeepSpeedEngine.step", "closure") is not None
+    assert table.unaccepted("init_distributed", "rank") is None  # one of the functions of that name takes it
+    assert table.unaccepted("deepspeed.init_distributed", "rank") is not None  # the one written in full does not
+    assert table.unaccepted("trainer.train", "resume_from_checkpoint") is None  # not a name the table has
+    assert ApiSignatures().unaccepted("deepspeed.initialize", "seed") is None  # an index without the table
+
+
+def test_signatures_are_read_from_the_installed_deepspeed() -> None:
+    from indexer.api_signatures import build_signatures
+    from indexer.package_source import api_signatures
+
+    by_name = {s.qualified: s for s in api_signatures()}
+    init = by_name["deepspeed.initialize"]
+    assert {"model", "config", "model_parameters"} <= set(init.parameters) and "seed" not in init.parameters and not init.any_keyword
+    save = by_name["deepspeed.runtime.engine.DeepSpeedEngine.save_checkpoint"]
+    assert save.parameters[:2] == ("save_dir", "tag")  # a method's `self` is not an argument a caller passes
+    assert by_name["deepspeed.init_inference"].any_keyword
+    assert build_signatures({"deepspeed.no_such_function": None}, lambda path: (_ for _ in ()).throw(ImportError(path))) == []

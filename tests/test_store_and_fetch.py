@@ -61,6 +61,12 @@ def test_build_writes_manifest_and_reuses_vectors(tiny_docs: Path, tmp_path: Pat
     assert [idx.terms[i] for i in range(len(idx.chunks))] == [chunk_term_sets(c.text, c.trail) for c in idx.chunks]
     assert len(idx.chunks) == first.chunks and idx.vectors.ntotal == first.chunks
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".index")]  # no temp dirs left
+    # the installed API's keyword arguments are stored (the search asks them without importing deepspeed)
+    assert idx.signatures.unaccepted("deepspeed.initialize", "seed") is not None
+    assert idx.signatures.unaccepted("deepspeed.initialize", "config") is None
+    (out / "signatures.json").unlink()  # an index built before the table: nothing is judged, nothing fails
+    _recheck(out, drop="signatures.json")
+    assert load_index(out).signatures.unaccepted("deepspeed.initialize", "seed") is None
 
 
 def test_vector_cache_keeps_vectors_writes_only_news_and_reads_the_old_layout(tmp_path: Path) -> None:
@@ -138,10 +144,10 @@ def _rewrite_manifest(out: Path, **changes: object) -> None:
     (out / "manifest.json").write_text(json.dumps(manifest))
 
 
-def _recheck(out: Path) -> None:
-    """Recompute the checksums, as a careless hand edit of the manifest would."""
+def _recheck(out: Path, drop: str = "") -> None:
+    """Recompute the checksums, as a careless hand edit of the manifest would (`drop`: a file removed)."""
     manifest = json.loads((out / "manifest.json").read_text())
-    manifest["checksums"] = {rel: hashlib.sha256((out / rel).read_bytes()).hexdigest() for rel in manifest["checksums"]}
+    manifest["checksums"] = {rel: hashlib.sha256((out / rel).read_bytes()).hexdigest() for rel in manifest["checksums"] if rel != drop}
     (out / "manifest.json").write_text(json.dumps(manifest))
 
 

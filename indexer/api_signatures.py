@@ -1,0 +1,106 @@
+"""Which keyword arguments the installed deepspeed's public functions take.
+
+A question that passes an argument the function never had (`deepspeed.initialize(..., seed=1234)`,
+`engine.save_checkpoint(dir, tag, tokenizer=tok)`) asks about something the docs cannot cover, and the
+one true answer is that the installed deepspeed has no such argument. The table is read with `inspect`
+from the symbols the API pages document (`indexer/package_source.API_SYMBOLS`: the functions, the
+classes' constructors and their public methods) when the index is built, and is stored in the index as
+SIGNATURES_FILE, so the search needs no deepspeed import.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SIGNATURES_FILE = "signatures.json"
+
+
+@dataclass(frozen=True)
+class Signature:
+    qualified: str  # deepspeed.runtime.engine.DeepSpeedEngine.save_checkpoint
+    parameters: tuple[str, ...]  # the names a call may pass by keyword
+    any_keyword: bool  # it takes **kwargs: every keyword is accepted
+
+    @property
+    def name(self) -> str:
+        return self.qualified.rsplit(".", 1)[-1]
+
+
+def signature_of(obj: Any, qualified: str) -> Signature | None:
+    """None when inspect cannot read it (a builtin, a C extension)."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+    params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.POSITIONAL_ONLY]
+    if params and params[0].name in ("self", "cls") and not inspect.isclass(obj):
+        params = params[1:]  # a method read from its class
+    named = tuple(p.name for p in params if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD))
+    return Signature(qualified, named, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params))
+
+
+def build_signatures(symbols: dict[str, list[str] | None], resolve: Any) -> list[Signature]:
+    """Each symbol's signature and, for a class, its listed methods' (all public ones for `[]`).
+    `resolve` turns a dotted path into the object (`package_source._resolve`)."""
+    out: list[Signature] = []
+    for path, methods in symbols.items():
+        try:
+            obj = resolve(path)
+        except (ImportError, AttributeError) as exc:
+            log.info("API symbol %s not found: %s", path, exc)
+            continue
+        members: list[tuple[str, Any]] = [(path, obj)]
+        if inspect.isclass(obj) and methods is not None:
+            names = methods or [n for n, _ in inspect.getmembers(obj, callable) if not n.startswith("_")]
+            members += [(f"{path}.{n}", getattr(obj, n)) for n in names if hasattr(obj, n)]
+        for qualified, member in members:
+            sig = signature_of(member, qualified)
+            if sig is not None:
+                out.append(sig)
+    return out
+
+
+def write_signatures(path: Path, signatures: Iterable[Signature]) -> None:
+    rows = [{"qualified": s.qualified, "parameters": list(s.parameters), "any_keyword": s.any_keyword} for s in signatures]
+    path.write_text(json.dumps(rows, indent=0), encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class ApiSignatures:
+    """The table, by a function's own name (`save_checkpoint`); empty for an index built without one."""
+
+    by_name: dict[str, tuple[Signature, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> ApiSignatures:
+        if not path.is_file():
+            return cls()
+        by_name: dict[str, list[Signature]] = {}
+        for row in json.loads(path.read_text(encoding="utf-8")):
+            sig = Signature(str(row["qualified"]), tuple(str(p) for p in row["parameters"]), bool(row["any_keyword"]))
+            by_name.setdefault(sig.name, []).append(sig)
+        return cls({k: tuple(v) for k, v in by_name.items()})
+
+    def unaccepted(self, callee: str, keyword: str) -> Signature | None:
+        """The signature `callee` names when none of the functions it can mean takes `keyword`, else
+        None. `callee` is the call as written (`deepspeed.zero.Init`, `engine.save_checkpoint`). Only
+        names a reader would not take for another library's are judged: one written under `deepspeed.`,
+        or a compound name (`save_checkpoint`); `step(...)` or `train(...)` may be anybody's."""
+        name = callee.rsplit(".", 1)[-1]
+        candidates = self.by_name.get(name, ())
+        if not candidates or not (callee.startswith("deepspeed.") or "_" in name):
+            return None
+        if callee.startswith("deepspeed."):
+            exact = [s for s in candidates if s.qualified == callee]
+            candidates = tuple(exact) or candidates
+        if any(s.any_keyword or keyword in s.parameters for s in candidates):
+            return None
+        return candidates[0]
