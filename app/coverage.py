@@ -11,7 +11,8 @@ it asks for a date, price, opinion or measured number or for the release that fi
 argument the installed one does not take (`indexer/api_signatures.py`), how far BM25's
 and the dense model's top ten agree, how close the question comes to one already answered (the
 best cosine with a question of the memory, `app/question_memory.py`), and how close to one the docs do not
-answer and how much it leans toward such questions (`app/refusal_memory.py`). A logistic model over them, trained on the `tune` split of our
+answer and how much it leans toward such questions, by its vector and by its ask's words (`app/refusal_memory.py`,
+`app/wording_probe.py`). A logistic model over them, trained on the `tune` split of our
 answerable questions against the tune half of `eval/unanswerable.jsonl`, with its threshold set so
 that about 3% of answerable questions it never saw are refused (`dsqa eval train-abstention`).
 """
@@ -51,6 +52,7 @@ COVERAGE_FEATURES: tuple[str, ...] = (
     "refused_best",  # how close it comes to a remembered question the docs do not answer (`app/refusal_memory.py`)
     "plan_or_figure",  # asks for a plan, an expected figure or others' experience (`app.query.asks_plan_or_figure`)
     "refused_leaning",  # how much the question leans toward the kinds the docs do not answer (`RefusalMemory.leaning`)
+    "refused_wording",  # how much its ask's words lean that way (`app/wording_probe.py`)
 )
 
 
@@ -88,6 +90,7 @@ def coverage_features(q: QuerySignals, candidate_cos: np.ndarray, top: list[int]
         np.nan if q.refused_best is None else q.refused_best,
         float(q.plan_or_figure),
         np.nan if q.refused_leaning is None else q.refused_leaning,
+        np.nan if q.refused_wording is None else q.refused_wording,
     ], dtype=np.float64)
 
 

@@ -96,6 +96,7 @@ class QuerySignals:
     seen_units: dict[str, float] | None = None  # `ChunkMemory.seen_units` of the question (None: no memory)
     refused_best: float | None = None  # `RefusalMemory.resemblance` of the question (None: no refusal memory)
     refused_leaning: float | None = None  # `RefusalMemory.leaning` of the question (None: no memory or no probe)
+    refused_wording: float | None = None  # `RefusalMemory.wording_leaning` of the question (None: no memory or no wording probe)
     pool: np.ndarray | None = None  # the chunks worth ranking (`HybridRetriever.pool`), before any filter
 
 

@@ -19,8 +19,10 @@ Beside the nearest-question resemblance, the memory holds a linear reading of th
 tune unanswerable ones, whose logit says how much a question leans toward the kinds the docs never
 answer (an opinion, an expected figure, another library's flag) even when no remembered question is
 close. The resemblance catches a rephrasing of one remembered question; the leaning, what many share.
+A third reading, of the ask's words rather than its vector (`app/wording_probe.py`), is stored beside them.
 
-What is stored is ours: the vectors of our own questions, not their text. Written by `dsqa eval
+What is stored is ours: the vectors of our own questions, not their text (the wording probe keeps
+character n-grams of at most four characters and their weights). Written by `dsqa eval
 train-abstention` beside the decision (`app/refusal_memory.npz`), for the encoder whose vectors it holds
 only. Pure numpy at query time (one product with a few hundred vectors).
 """
@@ -33,9 +35,11 @@ from pathlib import Path
 import numpy as np
 
 from app.stored_arrays import save_npz
+from app.wording_probe import WordingProbe
 
 REFUSAL_MEMORY_FILE = Path(__file__).resolve().parent / "refusal_memory.npz"
 REFUSAL_FLOOR = 0.6
+WORDING_PREFIX = "wording_"
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class RefusalMemory:
     encoder: str
     trained_on: str = ""
     probe: np.ndarray | None = None  # (dimension + 1,): weights then bias of the leaning toward unanswerable
+    wording: WordingProbe | None = None  # the leaning of the ask's words (`app/wording_probe.py`)
 
     @property
     def dimension(self) -> int:
@@ -66,11 +71,16 @@ class RefusalMemory:
             return None
         return float(probe_logit(self.probe, np.asarray(vector, dtype=np.float32)))
 
+    def wording_leaning(self, question: str) -> float | None:
+        """The wording probe's logit for the question (None without one)."""
+        return None if self.wording is None else self.wording.logit(question)
+
     def save(self, path: Path) -> Path:
         """Written beside itself and renamed into place, so a reader never sees half a file."""
         probe = {} if self.probe is None else {"probe": self.probe.astype(np.float32)}
+        wording = {} if self.wording is None else self.wording.arrays(WORDING_PREFIX)
         return save_npz(path, vectors=self.vectors.astype(np.float16), encoder=np.array(self.encoder),
-                        trained_on=np.array(self.trained_on), **probe)
+                        trained_on=np.array(self.trained_on), **probe, **wording)
 
 
 def probe_logit(probe: np.ndarray, vectors: np.ndarray) -> np.ndarray:
@@ -93,4 +103,8 @@ def load_refusal_memory(path: Path = REFUSAL_MEMORY_FILE) -> RefusalMemory | Non
         probe = data["probe"].astype(np.float64) if "probe" in data.files else None
         if probe is not None and (probe.shape != (vectors.shape[1] + 1,) or not np.isfinite(probe).all()):
             raise ValueError(f"{path}: the refusal memory's leaning probe does not fit its vectors: retrain the coverage decision")
-        return RefusalMemory(vectors, str(data["encoder"]), str(data["trained_on"]), probe)
+        try:
+            wording = WordingProbe.from_arrays(data, WORDING_PREFIX)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+        return RefusalMemory(vectors, str(data["encoder"]), str(data["trained_on"]), probe, wording)

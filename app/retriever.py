@@ -185,8 +185,10 @@ class HybridRetriever:
         refusals = self.options.refusal_memory
         refused_best: float | None = None
         refused_leaning: float | None = None
+        refused_wording: float | None = None
         if refusals is not None and refusals.dimension == len(vector):
             refused_best, refused_leaning = refusals.resemblance(vector), refusals.leaning(vector)
+            refused_wording = refusals.wording_leaning(question)
         cos = self.matrix @ searched if len(self.matrix) else np.zeros(0, dtype=np.float32)
         signals = QuerySignals(
             bm25=bm25,
@@ -210,6 +212,7 @@ class HybridRetriever:
             seen_units=seen_units,
             refused_best=refused_best,
             refused_leaning=refused_leaning,
+            refused_wording=refused_wording,
             pool=(pool := self.pool(bm25, cos, bm25_ask)),
             unit_cos=self.unit_cosines(searched, cos, pool) if self.options.sentence_cosine else None,
         )

@@ -90,7 +90,7 @@ def test_the_coverage_decision_fit_and_its_cross_validation() -> None:
     unanswerable rows, never the training-only ones, and on separable rows refuses the unanswerable ones and
     few answerable ones."""
     from app.refusal_memory import REFUSAL_FLOOR
-    from eval.abstention_training import _BEST, _LEANING, cross_validate, fit_decision
+    from eval.abstention_training import _BEST, _LEANING, _WORDING, cross_validate, fit_decision
 
     rng = np.random.default_rng(0)
     width = len(COVERAGE_FEATURES)
@@ -108,14 +108,20 @@ def test_the_coverage_decision_fit_and_its_cross_validation() -> None:
     pos, neg = rows(120, 3.0), rows(100, -3.0)
     pos_v, neg_v = unit(120, 0), unit(100, 1)
     ids = [f"a{i}" for i in range(120)] + [f"u{i}" for i in range(100)]
-    fitted, filled_pos, filled_neg = fit_decision(pos, neg, pos_v, neg_v, ids, alpha=0.05)
+    asks = ["How do I set up stage {} offload for my model?", "Is there a way to fix error {} in my run?"]
+    unknowable = ["When will release {} come out, and what do you expect?", "什么时候发布 {} 版本？"]
+    texts = [asks[i % 2].format(i) for i in range(120)] + [unknowable[i % 2].format(i) for i in range(100)]
+    fitted, filled_pos, filled_neg = fit_decision(pos, neg, pos_v, neg_v, ids, texts, alpha=0.05)
     assert not np.allclose(filled_neg[:, _BEST], (neg_v @ neg_v.T).max(axis=1) - REFUSAL_FLOOR)  # itself left out
     pos_scores = ((filled_pos - fitted.mean) / fitted.scale) @ fitted.weights + fitted.bias
     assert np.sum(pos_scores < fitted.threshold) == int(np.floor(0.05 * 121)) - 1
-    remembered = fitted.scores(neg[:1], neg_v[:1])
+    remembered = fitted.scores(neg[:1], neg_v[:1], texts[120:121])
     assert remembered.shape == (1,) and remembered[0] < fitted.threshold
     assert fitted.probe.shape == (9,) and filled_pos[:, _LEANING].std() > 0
-    report = cross_validate(pos, neg, pos_v, neg_v, ids[:120], ids[120:], kept=60, alphas=(0.05,))
+    # the wording leaning, cross-fitted like the vector's: above 0 leans unanswerable, in both languages
+    assert filled_neg[:, _WORDING].min() > 0 > filled_pos[:, _WORDING].max()
+    assert fitted.wording.logit("When will release 7 come out?") > 0 > fitted.wording.logit("How do I fix error 7 in my run?")
+    report = cross_validate(pos, neg, pos_v, neg_v, ids[:120], ids[120:], texts[:120], texts[120:], kept=60, alphas=(0.05,))
     assert report["0.05"]["abstention"] >= 0.95 and report["0.05"]["false_abstention"] <= 0.1
 
 
@@ -144,6 +150,40 @@ def test_refusal_memory_resemblance_and_round_trip(tmp_path: Path) -> None:
     np.savez(tmp_path / "short.npz", vectors=remembered, encoder=np.array("x"), trained_on=np.array(""), probe=np.ones(3))
     with pytest.raises(ValueError, match="retrain"):
         load_refusal_memory(tmp_path / "short.npz")
+
+
+def test_wording_probe_reads_the_ask_as_its_training_did(tmp_path: Path) -> None:
+    """The query-time probe gives the trained model's logit (scikit-learn's char_wb n-grams and sublinear
+    TF-IDF, re-done in numpy), reads only the ask without the settings written out, and is stored in the
+    refusal memory's file; a probe whose arrays disagree is an error that says to retrain."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from app.refusal_memory import RefusalMemory, load_refusal_memory
+    from app.wording_probe import char_ngrams, wording
+    from eval.abstention_training import fit_wording
+
+    for text in ["Hi a  ZeRO-3 显存不够?", "x", "overlap_comm, then?"]:
+        assert char_ngrams(text) == TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4)).build_analyzer()(text)
+    assert wording('We run 8 nodes with "stage": 3 and --num_gpus 8. When is {"x": true} planned?') .split() == ["When", "is", "planned?"]
+    questions = ["How do I fix error {} in my ZeRO run?", "When will release {} come out?", "你们用 {} 的经验如何？", "怎么配置 {} 卸载？"]
+    texts = [questions[i % 4].format(i) for i in range(80)]
+    labels = np.array([i % 4 in (1, 2) for i in range(80)], dtype=np.int64)
+    probe = fit_wording(texts, labels)
+    tfidf = TfidfVectorizer(analyzer=char_ngrams, min_df=2, sublinear_tf=True)
+    from sklearn.linear_model import LogisticRegression
+
+    x = tfidf.fit_transform([wording(t) for t in texts])
+    reference = LogisticRegression(C=1.0, class_weight="balanced", max_iter=5000).fit(x, labels).decision_function(x)
+    assert np.allclose([probe.logit(t) for t in texts], reference, atol=1e-9)
+    assert probe.logit("qqqq") == probe.bias  # no n-gram it knows
+    saved = load_refusal_memory(RefusalMemory(np.eye(4, dtype=np.float32)[:2], "enc", "test", wording=probe).save(tmp_path / "w.npz"))
+    assert saved is not None and saved.wording_leaning(texts[1]) == pytest.approx(probe.logit(texts[1]), abs=1e-4)
+    assert RefusalMemory(np.eye(4, dtype=np.float32)[:2], "enc").wording_leaning(texts[1]) is None
+    with np.load(tmp_path / "w.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    np.savez(tmp_path / "bad.npz", **{**arrays, "wording_idf": arrays["wording_idf"][:3]})
+    with pytest.raises(ValueError, match="retrain"):
+        load_refusal_memory(tmp_path / "bad.npz")
 
 
 def test_coverage_signals() -> None:

@@ -210,10 +210,13 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at stop 48 (the coverage decision retrained with its `unknown_setting` signal also firing on
-    an argument the installed function does not take): test evidence 71.8% (zh 71.0%), refused 79.6% of 294
-    at 1.8% (6) of the answerable, 0 cut segments of 1551, median 117 words; outside 67.5% evidence, 88.75%
-    refused at 1.25% (1). Before it (stop 46): test 71.5%, 78.6% refused at 2.15% (7); outside the same.
+    """Measured at stop 48 with the wording probe (`app/wording_probe.py`, a 23rd signal of the coverage
+    decision; chosen on tune's cross-validation, 87.9% -> 92.5% refused at 2.0% -> 2.2% false): test evidence
+    72.4% (zh 71.0%), refused 87.1% of 294 at 0.9% (3) of the answerable, 0 cut segments of 1573, median 117
+    words; outside 66.25% evidence, 91.25% refused at 3.75% (3) of the answerable (1 before); dev 2 of 60
+    refused (1 before). Just before it, with `unknown_setting` also firing on an argument the installed
+    function does not take: test 71.8%, 79.6% refused at 1.8% (6), 1551 segments; outside 67.5%, 88.75% at
+    1.25% (1). Before both (stop 46): test 71.5%, 78.6% refused at 2.15% (7); outside 67.5%, 88.75%, 1.25%.
     Measured at stop 41's landing (the learned parts retrained on its 43 new known-error sections): test
     evidence 69.9% (zh 66.0%), refused 80.6% of 294 at 1.5% (5) of the answerable, 0 cut segments of 1551,
     median 117 words; outside 65.0% evidence, 88.75% refused at 2.5% (2). (With the first 28 of those sections
@@ -237,16 +240,16 @@ def test_answers_on_held_out_questions(engine) -> None:
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.67
+    assert report["evidence_in_answer"] >= 0.70
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
-    assert report["abstention"] >= 0.77
-    assert report["false_abstention"] <= 0.035
+    assert report["abstention"] >= 0.85
+    assert report["false_abstention"] <= 0.025
     outside = answer_report(engine, load_questions(OUTSIDE_QUESTIONS), load_unanswerable(UNANSWERABLE_OUTSIDE))
     print(outside)
     assert outside["answerable"] == 80 and outside["unanswerable"] == 80
     assert outside["evidence_in_answer"] >= 0.63 and outside["cut_segments"] == 0
-    assert outside["abstention"] >= 0.88 and outside["false_abstention"] <= 0.05
+    assert outside["abstention"] >= 0.89 and outside["false_abstention"] <= 0.05
 
 
 def test_asking_what_a_key_does_is_never_refused(engine) -> None:
@@ -354,6 +357,9 @@ def test_shipped_coverage_decision_is_the_one_tune_gives(engine, tmp_path: Path)
     assert np.abs(fresh_memory.vectors - shipped_memory.vectors).max() < 0.01
     assert fresh_memory.probe is not None and shipped_memory.probe is not None  # and its leaning probe
     assert np.abs(fresh_memory.probe - shipped_memory.probe).max() < 0.05
+    assert fresh_memory.wording is not None and shipped_memory.wording is not None  # and its wording probe
+    sample = [q.question for q in load_split("test")[:60]]
+    assert max(abs(fresh_memory.wording.logit(q) - shipped_memory.wording.logit(q)) for q in sample) < 0.01
     # the same decision, not the same weights: BM25's two strengths and the top passage's cover move
     # together, and an index built again (the chunk vectors differ in the last float bits) shifted
     # their weights by up to 0.1 while the two models' decisions agreed on 99.8% of the test questions
