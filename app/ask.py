@@ -27,7 +27,7 @@ from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
 from app.llm_client import Numbered, citation_problem, messages_for
-from app.query import QUESTION_WORDS_ZH, asks_only_what_key_is, split_question
+from app.query import QUESTION_WORDS_ZH, asks_only_what_key_is, asks_whether_removed, split_question
 from app.query_adapter import QueryAdapter
 from app.retriever import Hit, SearchResult
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
@@ -156,6 +156,8 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         # passage: the coverage decision refused 42% of "What does <key> do?" and 57% of
         # "<key> 是什么意思？" over the catalogue's 183 distinctive keys)
         decided = True
+    if not decided and asks_whether_removed(request.question) and status_line(request.question, asked, engine.config_status):
+        decided = True  # "was X removed?": the installed deepspeed's own status of the key answers it (no labelled question has this form)
     covered = bool(result.hits) and decided
     passages = [
         Passage(

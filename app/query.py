@@ -74,6 +74,22 @@ def asks_first_release(question: str) -> bool:
     return bool(_FIRST_RELEASE.search(question))
 
 
+# a yes-or-no question whether something was removed or deprecated (not when or in which release)
+_WHETHER_REMOVED = re.compile(
+    r"^\W*(was|were|is|are|has|have|did|does)\b[^?]{0,120}\b(removed|deprecated|dropped|gone|still (supported|available|there))\b"
+    r"|(被)?(移除|删除|删掉|废弃|弃用)了?(吗|么)",
+    re.IGNORECASE,
+)
+_WHEN_OR_WHICH = re.compile(r"\b(when|which|what) (deepspeed |ds )?(version|release|date)?|什么时候|哪个版本|哪一?版|什么版本", re.IGNORECASE)
+
+
+def asks_whether_removed(question: str) -> bool:
+    """Whether the question asks only whether something was removed or deprecated ("Was the elasticity
+    block removed?"): the installed deepspeed's own status of a key answers that (`app/answer_shapes.status_line`),
+    where it cannot say when or in which release."""
+    return bool(_WHETHER_REMOVED.search(question)) and not _WHEN_OR_WHICH.search(question)
+
+
 def asks_unknowable(question: str) -> bool:
     """Whether the question asks for what documentation does not hold: a date or roadmap, a price or
     budget, an opinion or recommendation, a measured throughput. A signal for the coverage decision,

@@ -2,7 +2,7 @@
 
 Each candidate passage gets a row of features (BM25 and cosine of the whole question and of its
 ask, their ranks, how much of the question the heading trail and the text cover, exact identifier
-matches, the source kind, length, the best cosine over the chunk's sentences; and the best cosine, BM25 and term coverage over the passage
+matches, the source kind, length, the best cosine over the chunk's sentences, how close it comes to remembered questions the chunk answers; and the best cosine, BM25 and term coverage over the passage
 the chunk returns, its section span: what a reader gets and what relevance is judged on). A
 logistic-regression model trained on the `tune` split of our question set (`dsqa eval train-ranker`) turns a row into a score; its weights ship in
 `app/ranker.json`. Pure numpy at query time.
@@ -44,6 +44,7 @@ FEATURES: tuple[str, ...] = (
     "span_cover",  # share of the ask's terms found anywhere in that passage
     "unit_cos",  # best cosine over the chunk's sentences and list items, minus the best candidate's
     "seen",  # best cosine with a remembered tune question this chunk answers (`app/question_memory.py`)
+    "seen_lex",  # the same by the questions' character n-grams (`ChunkMemory.seen_lexical`)
 )
 
 
@@ -92,6 +93,7 @@ class QuerySignals:
     unseen_terms: int = 0  # how many of the ask's terms no chunk's text or heading holds
     unit_cos: np.ndarray | None = None  # per chunk of `pool`, the best cosine over its text units (None: the chunk's cosine)
     seen: np.ndarray | None = None  # per chunk, `ChunkMemory.seen` of the question (None: no memory)
+    seen_lex: np.ndarray | None = None  # per chunk, `ChunkMemory.seen_lexical` of the question (None: no memory or no n-grams)
     seen_best: float | None = None  # `ChunkMemory.best` of the question (None: no memory)
     seen_units: dict[str, float] | None = None  # `ChunkMemory.seen_units` of the question (None: no memory)
     refused_best: float | None = None  # `RefusalMemory.resemblance` of the question (None: no refusal memory)
@@ -190,6 +192,8 @@ def candidate_features(ids: np.ndarray, q: QuerySignals, table: FeatureTable) ->
     rows[:, 19] = unit - unit.max()
     if q.seen is not None:
         rows[:, 20] = q.seen[ids]
+    if q.seen_lex is not None:
+        rows[:, 21] = q.seen_lex[ids]
     return rows
 
 

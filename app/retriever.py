@@ -177,11 +177,13 @@ class HybridRetriever:
             memory = None
         searched = adapter.apply(vector) if adapter is not None and adapter.dimension == len(vector) else vector
         seen: np.ndarray | None = None
+        seen_lex: np.ndarray | None = None
         seen_best: float | None = None
         seen_units: dict[str, float] | None = None
         if memory is not None:  # one product with the remembered questions for the memory's three reads
             resemblance = memory.cosines(vector)
             seen, seen_best, seen_units = memory.seen(resemblance), memory.best(resemblance), memory.seen_units(resemblance)
+            seen_lex = memory.seen_lexical(question)
         refusals = self.options.refusal_memory
         refused_best: float | None = None
         refused_leaning: float | None = None
@@ -208,6 +210,7 @@ class HybridRetriever:
             unaccepted_arguments=self.unaccepted_arguments(question),
             unseen_terms=sum(1 for t in ask_terms if not self.feature_table.knows(t)),
             seen=seen,
+            seen_lex=seen_lex,
             seen_best=seen_best,
             seen_units=seen_units,
             refused_best=refused_best,

@@ -1,6 +1,6 @@
 """`dsqa eval train-memory`: the question memory (`app/question_memory.py`) from the `tune` split only.
 
-Each tune question, and each training-only question of `eval/training/`, becomes one entry: the encoder's base vector of its searched text, the keys of the
+Each tune question, and each training-only question of `eval/training/`, becomes one entry: the encoder's base vector of its searched text, the TF-IDF of its character n-grams, the keys of the
 chunks whose passage holds one of its gold phrases (the project's one relevance rule, as the query
 adapter's positives), its id and its origin. Nothing is fitted: the ranker learns how far to trust the
 memory (`dsqa eval train-ranker`, run after this), from rows where each tune question is searched
@@ -12,7 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.question_memory import MEMORY_FILE, ChunkMemory, QuestionMemory, chunk_key
+import numpy as np
+
+from app.char_tfidf import fit_char_tfidf
+from app.question_memory import MEMORY_FILE, ChunkMemory, LexicalEntries, QuestionMemory, chunk_key
 from app.retriever import HybridRetriever
 from eval.adapter_training import base_vectors, positives
 from eval.metrics import Question, normalise
@@ -29,9 +32,12 @@ def build_memory(retriever: HybridRetriever, tune: list[Question], extra: list[Q
     keys = [chunk_key(c.text) for c in retriever.index.chunks]
     vectors = base_vectors(retriever, [q.question for q in both])
     answers = tuple(tuple(sorted({keys[i] for i in p})) for p in positives(retriever, both))
+    tfidf, matrix = fit_char_tfidf([q.question for q in both])
+    by_ngram = matrix.tocsc()
+    lexical = LexicalEntries(tfidf, by_ngram.indptr.astype(np.int64), by_ngram.indices.astype(np.int64), by_ngram.data.astype(np.float64))
     return QuestionMemory(vectors, answers, tuple(q.id for q in both), tuple(q.origin for q in both),
                           retriever.embedder.name, f"tune split, {len(tune)} questions, {len(extra)} training-only",
-                          units=answering_units(retriever, both))
+                          units=answering_units(retriever, both), lexical=lexical)
 
 
 def answering_units(retriever: HybridRetriever, questions: list[Question]) -> tuple[tuple[str, ...], ...]:

@@ -158,8 +158,9 @@ def test_wording_probe_reads_the_ask_as_its_training_did(tmp_path: Path) -> None
     refusal memory's file; a probe whose arrays disagree is an error that says to retrain."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
+    from app.char_tfidf import char_ngrams
     from app.refusal_memory import RefusalMemory, load_refusal_memory
-    from app.wording_probe import char_ngrams, wording
+    from app.wording_probe import wording
     from eval.abstention_training import fit_wording
 
     for text in ["Hi a  ZeRO-3 显存不够?", "x", "overlap_comm, then?"]:

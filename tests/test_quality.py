@@ -62,7 +62,10 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at landing on the 326-question test split: hit@1 0.678, hit@5 0.896, MRR@10 0.772, zh hit@5
+    """Measured at stop 48, with the question memory's lexical side (`seen_lex`: the character n-gram TF-IDF
+    cosine with remembered questions; chosen on tune's cross-validated ranker MRR@10, 0.752 -> 0.786) and every
+    learned part after it retrained: hit@1 0.687, hit@5 0.905, MRR@10 0.779, zh hit@5 0.890. Before it:
+    hit@1 0.678, hit@5 0.896, MRR@10 0.772, zh hit@5
     0.870 at stop 42, with the full-precision query encoder (the torch model's hit@5 on every question; the int8
     one had moved eight test questions, net +2) and every learned part retrained on its vectors; before it
     hit@1 0.663, hit@5 0.899, MRR@10 0.763, zh hit@5 0.880, after every learned part was retrained on the index with stop 38's 19 new known-error sections (one
@@ -75,16 +78,17 @@ def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
     targets, 0.65 / 0.92 / 0.75 / 0.90: hit@1 and MRR@10 are reached, hit@5 and zh hit@5 are not; these
     floors keep what was won, about two questions of margin."""
     t = scores["shipped"]["test"]
-    assert t["all"]["hit@5"] >= 0.895
-    assert t["all"]["hit@1"] >= 0.65
-    assert t["all"]["mrr@10"] >= 0.75
-    assert t["zh"]["hit@5"] >= 0.86
+    assert t["all"]["hit@5"] >= 0.898
+    assert t["all"]["hit@1"] >= 0.67
+    assert t["all"]["mrr@10"] >= 0.765
+    assert t["zh"]["hit@5"] >= 0.87
     assert t["all"]["median_top5_words"] <= 350
 
 
 def test_floors_on_the_outside_set(scores: dict[str, dict]) -> None:
     """`eval/heldout/outside.jsonl`: 80 real-user questions written after every model was trained and never
-    split, tuned or trained on. Measured at stop 38's landing (every learned part retrained on the index with
+    split, tuned or trained on. Measured at stop 48 (the memory's lexical side): hit@1 0.662, hit@5 0.863,
+    MRR@10 0.750, zh hit@5 0.857 (stop 46: 0.625 / 0.863 / 0.723 / 0.857). At stop 38's landing (every learned part retrained on the index with
     its 19 new known-error sections): hit@1 0.575, hit@5 0.863, MRR@10 0.702, zh hit@5 0.857 (one question
     lost at rank 1). Earlier: hit@1 0.600, hit@5 0.863, MRR@10 0.715, zh hit@5 0.857
     (35 zh), after every learned part was retrained on the index with stop 35's fifteen new known-error
@@ -97,7 +101,7 @@ def test_floors_on_the_outside_set(scores: dict[str, dict]) -> None:
     Floors one or two questions under."""
     o = scores["shipped"]["outside"]
     assert o["all"]["n"] == 80
-    assert o["all"]["hit@5"] >= 0.85 and o["all"]["hit@1"] >= 0.525 and o["all"]["mrr@10"] >= 0.67
+    assert o["all"]["hit@5"] >= 0.85 and o["all"]["hit@1"] >= 0.625 and o["all"]["mrr@10"] >= 0.72
     assert o["zh"]["hit@5"] >= 0.83
     for name in ("bm25", "dense", "rrf"):
         assert o["all"]["mrr@10"] > scores[name]["outside"]["all"]["mrr@10"], name
@@ -107,14 +111,15 @@ def test_floors_on_the_second_outside_set(scores: dict[str, dict]) -> None:
     """`eval/heldout/outside_b.jsonl`: 326 real-user questions from 326 threads no other set uses, one gold phrase
     each (the split set's have 1.8 on average), written at stop 36 as training-only questions; as training they
     did not help tune (cross-fitted hit@5 0.893 -> 0.885), so they were never trained on and report only.
-    Measured at landing: hit@1 0.512, hit@5 0.779, MRR@10 0.632, zh hit@5 0.748 (135 zh; stop 38: 0.515 / 0.779 /
+    Measured at stop 48 (the memory's lexical side): hit@1 0.537, hit@5 0.804, MRR@10 0.655, zh hit@5 0.778
+    (stop 46: 0.531 / 0.782 / 0.647 / 0.748). At landing: hit@1 0.512, hit@5 0.779, MRR@10 0.632, zh hit@5 0.748 (135 zh; stop 38: 0.515 / 0.779 /
     0.635 / 0.748): well under test's
     0.902, and under test scored on each question's first gold phrase alone (0.850): the split set flatters
     the retriever. BM25 alone 0.460, dense alone 0.414, RRF 0.500. Floors about two questions under."""
     o = scores["shipped"]["outside_b"]
     assert o["all"]["n"] == 326
-    assert o["all"]["hit@5"] >= 0.77 and o["all"]["hit@1"] >= 0.50 and o["all"]["mrr@10"] >= 0.62
-    assert o["zh"]["hit@5"] >= 0.73
+    assert o["all"]["hit@5"] >= 0.79 and o["all"]["hit@1"] >= 0.52 and o["all"]["mrr@10"] >= 0.64
+    assert o["zh"]["hit@5"] >= 0.75
     for name in ("bm25", "dense", "rrf"):
         assert o["all"]["hit@5"] > scores[name]["outside_b"]["all"]["hit@5"] + 0.2, name
 
@@ -210,7 +215,9 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at stop 48 with the wording probe (`app/wording_probe.py`, a 23rd signal of the coverage
+    """Measured at stop 48 after the question memory's lexical side (every learned part after it retrained):
+    test evidence 72.1% (zh 67.0%), refused 88.4% of 294 at 1.2% (4) of the answerable, 0 cut of 1542, median
+    117 words; outside 65.0% evidence, 93.75% refused at 3.75% (3). Before it, with the wording probe (`app/wording_probe.py`, a 23rd signal of the coverage
     decision; chosen on tune's cross-validation, 87.9% -> 92.5% refused at 2.0% -> 2.2% false): test evidence
     72.4% (zh 71.0%), refused 87.1% of 294 at 0.9% (3) of the answerable, 0 cut segments of 1573, median 117
     words; outside 66.25% evidence, 91.25% refused at 3.75% (3) of the answerable (1 before); dev 2 of 60
@@ -243,13 +250,13 @@ def test_answers_on_held_out_questions(engine) -> None:
     assert report["evidence_in_answer"] >= 0.70
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
-    assert report["abstention"] >= 0.85
+    assert report["abstention"] >= 0.86
     assert report["false_abstention"] <= 0.025
     outside = answer_report(engine, load_questions(OUTSIDE_QUESTIONS), load_unanswerable(UNANSWERABLE_OUTSIDE))
     print(outside)
     assert outside["answerable"] == 80 and outside["unanswerable"] == 80
     assert outside["evidence_in_answer"] >= 0.63 and outside["cut_segments"] == 0
-    assert outside["abstention"] >= 0.89 and outside["false_abstention"] <= 0.05
+    assert outside["abstention"] >= 0.9 and outside["false_abstention"] <= 0.05
 
 
 def test_asking_what_a_key_does_is_never_refused(engine) -> None:

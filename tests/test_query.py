@@ -130,3 +130,19 @@ def test_signatures_are_read_from_the_installed_deepspeed() -> None:
     assert save.parameters[:2] == ("save_dir", "tag")  # a method's `self` is not an argument a caller passes
     assert by_name["deepspeed.init_inference"].any_keyword
     assert build_signatures({"deepspeed.no_such_function": None}, lambda path: (_ for _ in ()).throw(ImportError(path))) == []
+
+
+@pytest.mark.parametrize(("question", "asks"), [
+    ("Was the elasticity config block removed from DeepSpeed?", True),
+    ("Is zero_optimization.cpu_offload deprecated?", True),
+    ("Is the sparse_attention block still supported?", True),
+    ("zero_optimization 里的 cpu_offload 被废弃了吗？", True),
+    ("When was cpu_offload removed?", False),  # when, or in which release: the status cannot say
+    ("In which version did cpu_offload get deprecated?", False),
+    ("cpu_offload 是哪个版本被移除的？", False),
+    ("How do I replace the removed cpu_offload option?", False),  # not a yes-or-no question about it
+])
+def test_asks_whether_removed(question: str, asks: bool) -> None:
+    from app.query import asks_whether_removed
+
+    assert asks_whether_removed(question) is asks

@@ -13,6 +13,7 @@ import pytest
 from app.answer import UNIT_FEATURES, Candidate, Source, unit_features
 from app.linear_model import LinearModel
 from app.question_memory import (
+    LEXICAL_FLOOR,
     SEEN_FLOOR,
     UNIT_SEEN_FLOOR,
     ChunkMemory,
@@ -169,3 +170,42 @@ def test_built_from_tune_questions_and_read_by_the_ranker() -> None:
     column = rows[:, UNIT_FEATURES.index("seen")]
     assert [c.unit.text for c, v in zip(cands, column, strict=True) if v > 0] == [holding[0]]
     assert not held_out(with_memory, [q])[q.id].search(q.question, 3).seen_units
+
+
+
+def test_the_lexical_side_remembers_the_questions_words(tmp_path: Path) -> None:
+    """`seen_lex`: the best character n-gram TF-IDF cosine with a remembered question a chunk answers, less
+    the floor (scikit-learn's cosines, re-done in numpy); left out with the question's entry; stored and
+    read back; a damaged one says to retrain."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from app.char_tfidf import MIN_DF, char_ngrams
+
+    index = replace(_index(CHUNKS), units=[text_units(c.text) for c in CHUNKS])
+    retriever = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0))
+    first = _tune_question("where do ZeRO-3 checkpoints get written", "saved with save_checkpoint", "github-issue o/r#1")
+    n = int(first.id.split("-")[1]) + 1
+    while split_of(f"m-{n}") != "tune":
+        n += 1
+    second = Question(id=f"m-{n}", question="pipeline 并行 stages 怎么切", lang="zh", topic="", evidence=("pipeline",), must_mention=())
+    memory = build_memory(retriever, [first, second], [])
+    assert memory.lexical is not None
+    asked = "where are my ZeRO-3 checkpoints written?"
+    reference = TfidfVectorizer(analyzer=char_ngrams, min_df=MIN_DF, sublinear_tf=True).fit([first.question, second.question])
+    expected = (reference.transform([first.question, second.question]) @ reference.transform([asked]).T).toarray()[:, 0]
+    assert np.allclose(memory.lexical.cosines(asked, 2), expected, atol=1e-9)
+    with_memory = retriever.with_options(question_memory=resolve(memory, retriever))
+    seen_lex = with_memory.signals(asked)[1].seen_lex
+    assert seen_lex is not None and seen_lex[3] == pytest.approx(expected[0] - LEXICAL_FLOOR, abs=1e-5) and seen_lex[3] > 0
+    rows = candidate_features(np.arange(len(CHUNKS)), with_memory.signals(asked)[1], with_memory.feature_table)
+    assert rows[3, FEATURES.index("seen_lex")] == pytest.approx(float(seen_lex[3]))
+    assert not held_out(with_memory, [first])[first.id].signals(asked)[1].seen_lex[3]  # type: ignore[index]
+    assert retriever.signals(asked)[1].seen_lex is None  # no memory
+    loaded = load_question_memory(memory.save(tmp_path / "m.npz"))
+    assert loaded is not None and loaded.lexical is not None
+    assert np.allclose(loaded.lexical.cosines(asked, 2), expected, atol=1e-5)
+    with np.load(tmp_path / "m.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    np.savez(tmp_path / "bad.npz", **{**arrays, "lexical_rows": arrays["lexical_rows"] + 5})  # entries it does not have
+    with pytest.raises(ValueError, match="retrain it"):
+        load_question_memory(tmp_path / "bad.npz")
