@@ -5,9 +5,10 @@ Positives: the `tune` split of our answerable questions; negatives: the `tune` h
 (`eval/training/unanswerable/`, never scored). A balanced logistic regression over the
 coverage signals (`app/coverage.py`); its threshold is the split-conformal quantile of the answerable
 tune questions' scores at CONFORMAL_ALPHA. Written to `app/abstention.json`, with the refusal memory
-(`app/refusal_memory.py`: the unanswerable questions' vectors and the leaning probe) beside it; an
+(`app/refusal_memory.py`: the unanswerable questions' vectors, the leaning probe over question vectors
+and the wording probe over the ask's character n-grams, `app/wording_probe.py`) beside it; an
 unanswerable training question's resemblance leaves out its own entry, and every training question's
-leaning comes from a probe fitted without its fold (PROBE_FOLDS, by a hash of the id), as a new
+two leanings come from probes fitted without its fold (PROBE_FOLDS, by a hash of the id), as a new
 question's would (`fit_decision`). The trainer also reports `cross_validate`: the same fit on four
 assignments of five folds, the held-out shares refused per conformal quantile (the choice of
 CONFORMAL_ALPHA).
