@@ -16,6 +16,7 @@ CONFORMAL_ALPHA).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,13 +69,22 @@ def fit_wording(questions: list[str], unanswerable: np.ndarray) -> WordingProbe:
 
 def crossfit_wording(questions: list[str], unanswerable: np.ndarray, ids: list[str]) -> np.ndarray:
     """Each question's wording leaning from a probe fitted without its fold."""
+    def held_out(held: np.ndarray) -> list[float]:
+        probe = fit_wording(_kept(questions, ~held), unanswerable[~held])
+        return [probe.logit(q) for q in _kept(questions, held)]
+
+    return _crossfit(ids, held_out)
+
+
+def _crossfit(ids: list[str], held_out: Callable[[np.ndarray], Any]) -> np.ndarray:
+    """Per row, the value `held_out(mask)` gives the rows of its fold (PROBE_FOLDS, by a hash of the id)
+    from a probe fitted on the other folds."""
     folds = np.array([hash_fold(i, PROBE_FOLDS) for i in ids])
     out = np.zeros(len(ids))
     for f in range(PROBE_FOLDS):
         held = folds == f
         if held.any():
-            probe = fit_wording([q for q, h in zip(questions, held, strict=True) if not h], unanswerable[~held])
-            out[held] = [probe.logit(q) for q, h in zip(questions, held, strict=True) if h]
+            out[held] = held_out(held)
     return out
 
 
@@ -88,13 +98,7 @@ def fit_probe(vectors: np.ndarray, unanswerable: np.ndarray) -> np.ndarray:
 
 def crossfit_leaning(vectors: np.ndarray, unanswerable: np.ndarray, ids: list[str]) -> np.ndarray:
     """Each question's leaning from a probe fitted without its fold."""
-    folds = np.array([hash_fold(i, PROBE_FOLDS) for i in ids])
-    out = np.zeros(len(ids))
-    for f in range(PROBE_FOLDS):
-        held = folds == f
-        if held.any():
-            out[held] = probe_logit(fit_probe(vectors[~held], unanswerable[~held]), vectors[held])
-    return out
+    return _crossfit(ids, lambda held: probe_logit(fit_probe(vectors[~held], unanswerable[~held]), vectors[held]))
 
 
 def coverage_rows(retriever: HybridRetriever, questions: list[str], own: list[HybridRetriever] | None = None) -> np.ndarray:
