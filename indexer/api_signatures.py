@@ -3,8 +3,8 @@
 A question that passes an argument the function never had (`deepspeed.initialize(..., seed=1234)`,
 `engine.save_checkpoint(dir, tag, tokenizer=tok)`) asks about something the docs cannot cover, and the
 one true answer is that the installed deepspeed has no such argument. The table is read with `inspect`
-from the symbols the API pages document (`indexer/package_source.API_SYMBOLS`: the functions, the
-classes' constructors and their public methods) when the index is built, and is stored in the index as
+from the members the API pages document (`indexer/package_source.api_signatures`: the functions, the
+classes' constructors and their listed methods) when the index is built, and is stored in the index as
 SIGNATURES_FILE, so the search needs no deepspeed import.
 """
 
@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import inspect
 import json
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 SIGNATURES_FILE = "signatures.json"
 
@@ -45,27 +42,6 @@ def signature_of(obj: Any, qualified: str) -> Signature | None:
         params = params[1:]  # a method read from its class
     named = tuple(p.name for p in params if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD))
     return Signature(qualified, named, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params))
-
-
-def build_signatures(symbols: dict[str, list[str] | None], resolve: Any) -> list[Signature]:
-    """Each symbol's signature and, for a class, its listed methods' (all public ones for `[]`).
-    `resolve` turns a dotted path into the object (`package_source._resolve`)."""
-    out: list[Signature] = []
-    for path, methods in symbols.items():
-        try:
-            obj = resolve(path)
-        except (ImportError, AttributeError) as exc:
-            log.info("API symbol %s not found: %s", path, exc)
-            continue
-        members: list[tuple[str, Any]] = [(path, obj)]
-        if inspect.isclass(obj) and methods is not None:
-            names = methods or [n for n, _ in inspect.getmembers(obj, callable) if not n.startswith("_")]
-            members += [(f"{path}.{n}", getattr(obj, n)) for n in names if hasattr(obj, n)]
-        for qualified, member in members:
-            sig = signature_of(member, qualified)
-            if sig is not None:
-                out.append(sig)
-    return out
 
 
 def write_signatures(path: Path, signatures: Iterable[Signature]) -> None:

@@ -10,10 +10,11 @@ import importlib
 import inspect
 import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from indexer.api_signatures import Signature, build_signatures
+from indexer.api_signatures import Signature, signature_of
 from indexer.config_catalogue import ConfigKey, build_catalogue, deepspeed_version
 from indexer.documents import Block, Document, Section
 from indexer.markdown import clean_prose, split_front_matter
@@ -151,21 +152,29 @@ def _doc_blocks(doc: str) -> list[Block]:
     return blocks
 
 
-def read_api_docs() -> list[Document]:
-    version = deepspeed_version()
-    docs: list[Document] = []
-    for path, methods in API_SYMBOLS.items():
+def api_members(symbols: dict[str, list[str] | None] | None = None) -> Iterator[tuple[str, Any, list[tuple[str, Any]]]]:
+    """Per symbol of `symbols` (API_SYMBOLS by default) the installed deepspeed has: its path, the object,
+    and the members documented with it, (qualified name, object), the symbol first, then a class's listed
+    methods (all public ones for `[]`). A symbol it lacks is logged and left out."""
+    for path, methods in (API_SYMBOLS if symbols is None else symbols).items():
         try:
             obj = _resolve(path)
         except (ImportError, AttributeError) as exc:
-            log.info("API symbol %s not in deepspeed %s: %s", path, version, exc)
+            log.info("API symbol %s not in deepspeed %s: %s", path, deepspeed_version(), exc)
             continue
-        short = path.rsplit(".", 1)[-1]
-        sections: list[Section] = []
         members: list[tuple[str, Any]] = [(path, obj)]
         if inspect.isclass(obj) and methods is not None:
             names = methods or [n for n, _ in inspect.getmembers(obj, callable) if not n.startswith("_")]
             members += [(f"{path}.{n}", getattr(obj, n)) for n in names if hasattr(obj, n)]
+        yield path, obj, members
+
+
+def read_api_docs() -> list[Document]:
+    version = deepspeed_version()
+    docs: list[Document] = []
+    for path, obj, members in api_members():
+        short = path.rsplit(".", 1)[-1]
+        sections: list[Section] = []
         for qual, member in members:
             doc = inspect.getdoc(member) or ""
             if member is not obj and (not doc or doc == inspect.getdoc(object)):
@@ -187,9 +196,10 @@ def read_api_docs() -> list[Document]:
     return docs
 
 
-def api_signatures() -> list[Signature]:
-    """The keyword arguments of every symbol the API pages document (`indexer/api_signatures.py`)."""
-    return build_signatures(API_SYMBOLS, _resolve)
+def api_signatures(symbols: dict[str, list[str] | None] | None = None) -> list[Signature]:
+    """The keyword arguments of every member the API pages document (`api_members`; `indexer/api_signatures.py`)."""
+    return [sig for _, _, members in api_members(symbols) for qual, member in members
+            if (sig := signature_of(member, qual)) is not None]
 
 
 def config_reference_prose(docs_root: Path | None) -> dict[str, str]:
