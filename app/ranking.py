@@ -143,11 +143,12 @@ class FeatureTable:
 
     def span_max(self, values: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """The best of `values` over each candidate's passage."""
-        out = values[ids].astype(np.float64)
-        for r in np.flatnonzero(self.hi[ids] > self.lo[ids]):
-            i = int(ids[r])
-            out[r] = float(values[self.lo[i]:self.hi[i] + 1].max())
-        return out
+        if len(ids) == 0:
+            return np.zeros(0, dtype=np.float64)
+        bounds = np.empty(2 * len(ids), dtype=np.int64)  # [lo, hi + 1] per candidate: one reduceat over them all
+        bounds[0::2], bounds[1::2] = self.lo[ids], self.hi[ids] + 1
+        padded = np.append(values.astype(np.float64), -np.inf)  # hi + 1 may be one past the last chunk
+        return np.maximum.reduceat(padded, bounds)[0::2]
 
 
 def _postings(sets: Iterable[frozenset[str]]) -> dict[str, np.ndarray]:

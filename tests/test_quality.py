@@ -78,10 +78,10 @@ def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
     targets, 0.65 / 0.92 / 0.75 / 0.90: hit@1 and MRR@10 are reached, hit@5 and zh hit@5 are not; these
     floors keep what was won, about two questions of margin."""
     t = scores["shipped"]["test"]
-    assert t["all"]["hit@5"] >= 0.898
-    assert t["all"]["hit@1"] >= 0.67
-    assert t["all"]["mrr@10"] >= 0.765
-    assert t["zh"]["hit@5"] >= 0.87
+    assert t["all"]["hit@5"] >= 0.913
+    assert t["all"]["hit@1"] >= 0.68
+    assert t["all"]["mrr@10"] >= 0.778
+    assert t["zh"]["hit@5"] >= 0.88
     assert t["all"]["median_top5_words"] <= 350
 
 
@@ -101,7 +101,7 @@ def test_floors_on_the_outside_set(scores: dict[str, dict]) -> None:
     Floors one or two questions under."""
     o = scores["shipped"]["outside"]
     assert o["all"]["n"] == 80
-    assert o["all"]["hit@5"] >= 0.85 and o["all"]["hit@1"] >= 0.625 and o["all"]["mrr@10"] >= 0.72
+    assert o["all"]["hit@5"] >= 0.85 and o["all"]["hit@1"] >= 0.637 and o["all"]["mrr@10"] >= 0.735
     assert o["zh"]["hit@5"] >= 0.83
     for name in ("bm25", "dense", "rrf"):
         assert o["all"]["mrr@10"] > scores[name]["outside"]["all"]["mrr@10"], name
@@ -118,8 +118,8 @@ def test_floors_on_the_second_outside_set(scores: dict[str, dict]) -> None:
     the retriever. BM25 alone 0.460, dense alone 0.414, RRF 0.500. Floors about two questions under."""
     o = scores["shipped"]["outside_b"]
     assert o["all"]["n"] == 326
-    assert o["all"]["hit@5"] >= 0.79 and o["all"]["hit@1"] >= 0.52 and o["all"]["mrr@10"] >= 0.64
-    assert o["zh"]["hit@5"] >= 0.75
+    assert o["all"]["hit@5"] >= 0.81 and o["all"]["hit@1"] >= 0.58 and o["all"]["mrr@10"] >= 0.68
+    assert o["zh"]["hit@5"] >= 0.79
     for name in ("bm25", "dense", "rrf"):
         assert o["all"]["hit@5"] > scores[name]["outside_b"]["all"]["hit@5"] + 0.2, name
 
@@ -247,7 +247,7 @@ def test_answers_on_held_out_questions(engine) -> None:
     unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "test"]
     report = answer_report(engine, load_split("test"), unanswerable)
     print(report)
-    assert report["evidence_in_answer"] >= 0.70
+    assert report["evidence_in_answer"] >= 0.675
     assert report["cut_segments"] == 0 and report["segments"] > 300
     assert report["median_answer_words"] <= 120
     assert report["abstention"] >= 0.86

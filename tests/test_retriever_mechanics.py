@@ -299,3 +299,30 @@ def test_unit_adapter_fit_moves_questions_toward_their_answering_units() -> None
 
     before, after = first(False), first(True)
     assert after > before + 8, (before, after)
+
+
+def test_a_passage_grows_into_its_subsections_then_its_parent_section() -> None:
+    def part(n: int, text: str, trail: tuple[str, ...], path: str = "docs/_tutorials/zero.md") -> Chunk:
+        return Chunk(id=f"p{n}", text=text, path=path, url="u", title="ZeRO", heading=trail[-1], trail=trail, source="docs")
+
+    chunks = [
+        part(0, "ZeRO partitions the model states across the data parallel ranks.", ("ZeRO", "Stages")),
+        part(1, "Stage 3 also partitions the parameters themselves.", ("ZeRO", "Stages", "Stage 3")),
+        part(2, "Offload moves the optimizer states to CPU memory.", ("ZeRO", "Offload")),
+        part(3, "Pipeline stages hold consecutive layers.", ("Pipeline",), path="docs/_tutorials/pipe.md"),
+    ]
+    index = _index(chunks)
+    grown = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=350))
+    assert grown.section_span(0) == (0, 1, 2)  # its subsection, then its sibling under the page's title
+    assert grown.section_span(1) == (0, 1)  # a subsection grows up into the section that holds it, no further
+    assert grown.section_span(2) == (0, 1, 2)  # a top-level section: its parent is the page
+    assert grown.section_span(3) == (3,)  # another page is never joined
+    text = grown.passage(0).text
+    assert text.index("### Stage 3\n\nStage 3 also") < text.index("### Offload\n\nOffload moves")  # each part headed
+    assert not text.startswith("###")  # the ranked chunk's own section opens unheaded
+    own = grown.with_options(passage_scopes=("section",))
+    assert own.section_span(0) == (0,) and own.passage(0).text == chunks[0].text
+    sub = grown.with_options(passage_scopes=("section", "subsections"))
+    assert sub.section_span(0) == (0, 1) and sub.section_span(2) == (2,)
+    tight = grown.with_options(section_words=20)  # 10 + 7 words fit, the third part's 8 do not
+    assert tight.section_span(0) == (0, 1)
