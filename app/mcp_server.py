@@ -12,6 +12,7 @@ FastAPI app (`app/mcp_mount.py` builds it there on the first request to `/mcp`).
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -42,6 +43,7 @@ INSTRUCTIONS = (
     "and `get_snippet` to fetch a snippet by the id that other replies show."
 )
 SNIPPET_LINES = 40
+PART_HEADING = re.compile(r"^### (.+)$", re.M)  # how a passage opens a part of a neighbouring section (`HybridRetriever.passage`)
 
 
 # ---- Markdown within a word budget -------------------------------------------------------------
@@ -101,8 +103,9 @@ def render_answer(resp: AskResponse, max_words: int) -> str:
     return clip_words("\n\n".join(parts), max_words)
 
 
-def _excerpt(text: str, words: int = 70) -> str:
-    tokens = text.split()
+def passage_excerpt(text: str, words: int = 70) -> str:
+    """The passage's first words on one line; a part from a neighbouring section ("### heading") named in bold."""
+    tokens = PART_HEADING.sub(lambda m: f"**{m.group(1).strip()}:**", text).split()
     return " ".join(tokens[:words]) + (" …" if len(tokens) > words else "")
 
 
@@ -114,7 +117,7 @@ def render_passages(resp: AskResponse, max_words: int, snippet_ids: dict[str, tu
     for n, p in enumerate(resp.passages, 1):
         ids = (snippet_ids or {}).get(p.id, ())
         more = f"\nsnippets: {', '.join(f'`{i}`' for i in ids)}" if ids else ""
-        parts.append(f"[{n}] [{_where(p.title, p.heading)}]({p.url}) — {p.source}, score {p.score}\n> {_excerpt(p.text)}{more}")
+        parts.append(f"[{n}] [{_where(p.title, p.heading)}]({p.url}) — {p.source}, score {p.score}\n> {passage_excerpt(p.text)}{more}")
     parts.append(_footer(resp))
     return clip_words("\n\n".join(parts), max_words)
 

@@ -14,7 +14,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from app.mcp_server import clip_words
+from app.mcp_server import clip_words, passage_excerpt
 from indexer.store import load_index
 from tests.conftest import REPO, ServerThread
 from tests.small_index import HASH_MODEL, build_small_index, small_app
@@ -111,6 +111,12 @@ def test_clip_words_closes_an_open_code_fence() -> None:
     clipped = clip_words(text, 30)
     assert clipped.count("```") % 2 == 0 and "cut to 30 words" in clipped
     assert clip_words("short reply", 30) == "short reply"
+
+
+def test_an_excerpt_names_a_neighbouring_section_in_bold() -> None:
+    text = "Stage 2 partitions gradients.\n\n### Stage 3\n\nIt also partitions parameters."
+    assert passage_excerpt(text) == "Stage 2 partitions gradients. **Stage 3:** It also partitions parameters."
+    assert passage_excerpt("one two three", 2) == "one two …"
 
 
 def test_tools_say_when_the_index_is_missing(tmp_path: Path) -> None:

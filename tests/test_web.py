@@ -106,6 +106,15 @@ def test_bad_question_shows_the_service_message(web_server: ServerThread, browse
     assert "question" in page.locator("#ask-error").inner_text()
 
 
+def test_a_passage_part_from_another_section_opens_with_its_heading(web_server: ServerThread, browser) -> None:
+    page = browser.new_page()
+    page.goto(web_server.url + "/")
+    text = "Stage 2 partitions gradients.\n\n### Stage 3\n\nIt also <b>partitions</b> parameters.\n\n```json\n{\"stage\": 3}\n```"
+    html = page.evaluate("text => passageBody(text).innerHTML", text)
+    assert html == ('<p>Stage 2 partitions gradients.</p><h4 class="part">Stage 3</h4>'
+                    '<p>It also &lt;b&gt;partitions&lt;/b&gt; parameters.</p><pre><code>{"stage": 3}</code></pre>')
+
+
 def test_plan_section_in_headless_chromium(web_server: ServerThread, browser) -> None:
     """The page's planner asks POST /plan (the same core as the CLI and MCP) and shows the choice, every
     candidate, the reasons with their docs links and the config; a bad field shows the service's message."""

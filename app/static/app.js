@@ -60,12 +60,20 @@ function renderAnswer(text, passages) {
   }
 }
 
-// Passage text with its ``` fenced code shown as code blocks (text only, never HTML).
+// Passage text with its ``` fenced code shown as code blocks and the "### heading" line that opens a part
+// from a neighbouring section as a heading (text only, never HTML).
 function passageBody(text) {
   const body = el("div", { class: "text" });
   text.split(/```[\w-]*\n?/).forEach((part, i) => {
     if (!part.trim()) return;
-    body.append(i % 2 ? el("pre", {}, el("code", { text: part.replace(/\n$/, "") })) : el("p", { text: part.trim() }));
+    if (i % 2) {
+      body.append(el("pre", {}, el("code", { text: part.replace(/\n$/, "") })));
+      return;
+    }
+    part.split(/^### (.*)$/m).forEach((piece, j) => {
+      if (j % 2) body.append(el("h4", { class: "part", text: piece.trim() }));
+      else if (piece.trim()) body.append(el("p", { text: piece.trim() }));
+    });
   });
   return body;
 }
