@@ -187,12 +187,7 @@ class ChunkMemory:
     def seen(self, cosines: np.ndarray) -> np.ndarray:
         """Per chunk, the best cosine with an active entry that chunk answers, less SEEN_FLOOR (0 for
         none and for any at or below the floor)."""
-        out = np.zeros(self.n_chunks, dtype=np.float32)
-        if not len(self.entry):
-            return out
-        sims = np.maximum(cosines - SEEN_FLOOR, 0.0)
-        np.maximum.at(out, self.chunk, sims[self.entry].astype(np.float32))
-        return out
+        return self._best_per_chunk(cosines, SEEN_FLOOR)
 
     def seen_lexical(self, question: str) -> np.ndarray | None:
         """Per chunk, the best character n-gram cosine of `question` with an active entry that chunk
@@ -203,9 +198,14 @@ class ChunkMemory:
         sims = lexical.cosines(question, len(self.memory.ids))
         if self.memory.active is not None:
             sims = np.where(self.memory.active, sims, 0.0)
+        return self._best_per_chunk(sims, LEXICAL_FLOOR)
+
+    def _best_per_chunk(self, sims: np.ndarray, floor: float) -> np.ndarray:
+        """Per chunk, the best of the entries' `sims` over the entries that chunk answers, less `floor`
+        (0 for none and for any at or below the floor)."""
         out = np.zeros(self.n_chunks, dtype=np.float32)
         if len(self.entry):
-            np.maximum.at(out, self.chunk, np.maximum(sims[self.entry] - LEXICAL_FLOOR, 0.0).astype(np.float32))
+            np.maximum.at(out, self.chunk, np.maximum(sims - floor, 0.0)[self.entry].astype(np.float32))
         return out
 
     def seen_units(self, cosines: np.ndarray) -> dict[str, float]:

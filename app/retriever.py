@@ -98,8 +98,13 @@ def _heading(chunk: Chunk) -> str:
     return chunk.trail[-1] if chunk.trail else chunk.title
 
 
+def _section(chunk: Chunk) -> tuple[str, tuple[str, ...]]:
+    """A chunk's section: its page and heading trail."""
+    return chunk.path, chunk.trail
+
+
 def _same_section(a: Chunk, b: Chunk) -> bool:
-    return (a.path, a.trail) == (b.path, b.trail)
+    return _section(a) == _section(b)
 
 
 def _in_subsection(a: Chunk, b: Chunk) -> bool:
@@ -402,8 +407,7 @@ class HybridRetriever:
                 return lo, hi, words
 
     def _section_key(self, idx: int) -> tuple[str, tuple[str, ...]]:
-        chunk = self.index.chunks[idx]
-        return chunk.path, chunk.trail
+        return _section(self.index.chunks[idx])
 
     def passage(self, idx: int) -> Chunk:
         """What a hit returns: the chunk, or its section span joined (its id, anchor and headings)."""
