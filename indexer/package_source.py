@@ -77,7 +77,8 @@ API_SYMBOLS: dict[str, list[str] | None] = {
 
 GITHUB_SRC = "https://github.com/deepspeedai/DeepSpeed/blob/v{version}/{path}#L{line}"
 CONFIG_URL = "https://www.deepspeed.ai/docs/config-json/"
-_ENTRY = re.compile(r"^<i>\*\*([\w:.\-]+)\*\*</i>\s*:?(.*)$")
+# an entry's name line: `<i>**name**</i>: [type]` or `***name***: [type]` (the page writes both)
+_ENTRY = re.compile(r"^(?:<i>\*\*([\w:.\-]+)\*\*</i>|\*\*\*([\w:.\-]+)\*\*\*)\s*:?(.*)$")
 
 
 def _resolve(path: str) -> Any:
@@ -216,7 +217,7 @@ def config_reference_prose(docs_root: Path | None) -> dict[str, str]:
     for line in body.splitlines():
         m = _ENTRY.match(line.strip())
         if m:
-            current = m.group(1)
+            current = m.group(1) or m.group(2)
             seen[current] = seen.get(current, 0) + 1
             entries.setdefault(current, [])
             continue

@@ -110,7 +110,8 @@ def text_units(text: str) -> list[Unit]:
     units: list[Unit] = []
     key: str | None = None
     for block_no, block in enumerate(re.split(r"\n\s*\n", _FENCE.sub("\n\n", text))):
-        items: list[tuple[str, str]] = []  # (kind, text): prose | row
+        # (kind, text, key, header): prose | row, with the key line and table header above a row as it was read
+        items: list[tuple[str, str, str | None, tuple[str, ...]]] = []
         in_table = False  # a header row was seen in this block
         header: tuple[str, ...] = ()  # the header's cells
         for raw in block.splitlines():
@@ -122,7 +123,7 @@ def text_units(text: str) -> list[Unit]:
             key_row = _KEY_ROW.match(line)
             if key_row:  # `key: [type]; description; default` on one line
                 key = key_row.group("key")
-                items.append(("row", key_row.group("rest")))
+                items.append(("row", key_row.group("rest"), key, header))
                 continue
             if key_line:
                 key = key_line.group("key").replace(":", ".")
@@ -131,7 +132,7 @@ def text_units(text: str) -> list[Unit]:
                 key = entry.group("key")
                 rest = entry.group("rest").strip()
                 typed = f"`{key}` ({entry.group('type')}, default {entry.group('default')})"
-                items.append(("prose", f"{typed}: {rest}" if rest else f"{typed}."))
+                items.append(("prose", f"{typed}: {rest}" if rest else f"{typed}.", key, header))
                 continue
             if _TABLE_HEADER.match(line):
                 in_table, header = True, tuple(c.strip() for c in line.removeprefix("Reference:").split(";"))
@@ -140,16 +141,16 @@ def text_units(text: str) -> list[Unit]:
             if len(cells) >= 3 and all(len(c.split()) <= 4 for c in cells) and not in_table and not _IDENTIFIER.match(cells[0].strip("`")):
                 continue  # a row of a matrix ("ZeRO stage; with offload; without offload"): nothing alone
             if _is_row(line, in_table):
-                items.append(("row", line))
+                items.append(("row", line, key, header))
                 continue
             if _LIST_ITEM.match(line):
-                items.append(("prose", _LIST_ITEM.sub("", line)))
+                items.append(("prose", _LIST_ITEM.sub("", line), key, header))
             elif items and items[-1][0] == "prose":
-                items[-1] = ("prose", f"{items[-1][1]} {line}")  # a wrapped line continues the item
+                items[-1] = ("prose", f"{items[-1][1]} {line}", items[-1][2], items[-1][3])  # a wrapped line continues the item
             else:
-                items.append(("prose", line))
-        for kind, item in items:
-            pieces = [_row_unit(item.split("; "), key, header)] if kind == "row" else _split_sentences(" ".join(item.split()))
+                items.append(("prose", line, key, header))
+        for kind, item, row_key, row_header in items:
+            pieces = [_row_unit(item.split("; "), row_key, row_header)] if kind == "row" else _split_sentences(" ".join(item.split()))
             for piece in pieces:
                 finished = _finish(piece)
                 if finished is not None and not _drop(finished):

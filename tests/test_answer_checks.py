@@ -277,6 +277,24 @@ def test_text_units_keep_what_a_reader_needs() -> None:
     assert all(not is_cut(u) for u in units)
 
 
+def test_a_table_row_keeps_the_key_above_it_when_a_block_names_several() -> None:
+    """A catalogue reference that ran into the next entry gave both rows the last key of the block: the
+    `reduce_scatter` row read "`reduce_bucket_size`: Uses reduce or reduce scatter ...". Each row is keyed
+    by the key line above it, as it is read."""
+    text = (
+        "`zero_optimization.reduce_scatter` (type bool; default True). Uses reduce scatter to average gradients\n"
+        "Reference: Description; Default\n"
+        "Uses reduce or reduce scatter instead of allreduce to average gradients; `true`\n"
+        "*reduce_bucket_size*: [integer]\n"
+        "Description; Default\n"
+        "Number of elements reduced/allreduced at a time; `5e8`\n"
+    )
+    units = [u.text for u in text_units(text)]
+    assert "`zero_optimization.reduce_scatter`: Uses reduce or reduce scatter instead of allreduce to average gradients (default `true`)." in units
+    assert "`reduce_bucket_size`: Number of elements reduced/allreduced at a time (default `5e8`)." in units
+    assert not any(u.startswith("`reduce_bucket_size`: Uses reduce") for u in units)
+
+
 def test_composed_answer_leads_with_the_best_unit_and_reads_on() -> None:
     first = Source(1, "ZeRO", "Memory", "Stage 3 partitions the parameters across ranks. It needs at least 4 GPUs because the states are split four ways.\n\nUnrelated closing words about logging here.")
     second = Source(2, "Offload", "CPU", "Offloading the optimizer to CPU memory saves GPU memory for stage 3.")

@@ -232,6 +232,10 @@ def test_reference_prose_is_joined_only_to_its_own_key(real_docs: Path) -> None:
     wandb = next(d for d in read_config_catalogue(real_docs) if d.path.endswith("/wandb"))
     text = " ".join(b.text for s in wandb.sections for b in s.blocks)
     assert "WandB" in text and "autotuner" not in text and "flops profiler" not in text
+    # the page writes an entry's name as `<i>**name**</i>: [type]` or as `***name***: [type]`: the second
+    # form once ran into the entry above it (`reduce_scatter`'s reference held `reduce_bucket_size`'s row)
+    assert "Number of elements reduced" in prose["reduce_bucket_size"]
+    assert "reduce_bucket_size" not in prose["reduce_scatter"] and "Number of elements" not in prose["reduce_scatter"]
 
 
 def test_every_failure_of_the_docs_verify_run_is_blamed_on_the_right_party(real_index: Path) -> None:
