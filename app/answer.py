@@ -184,6 +184,8 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
     lead = [best.unit.text]
     for c in same:  # the units after the best one in the same block read on (the "because ..." sentence)
         if c.position > best.position and c.unit.block == best.unit.block and len(lead) < LEAD_UNITS:
+            if any(_overlap(c.unit.text, u, both=True) >= REPEAT_OVERLAP for u in lead):
+                continue  # the package's word and the docs' row on one key say the same: once is enough
             if sum(len(u.split()) for u in lead) + len(c.unit.text.split()) > LEAD_WORDS:
                 break
             lead.append(c.unit.text)
@@ -205,9 +207,11 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
     return " ".join(f"{text} [{n}]" for text, n in parts)
 
 
-def _overlap(a: str, b: str) -> float:
+def _overlap(a: str, b: str, both: bool = False) -> float:
+    """The share of the shorter text's terms the other holds (`both`: of the longer one's, so that a short
+    unit inside a long one is no repeat of it)."""
     ta, tb = term_set(a), term_set(b)
-    return len(ta & tb) / max(min(len(ta), len(tb)), 1)
+    return len(ta & tb) / max((max if both else min)(len(ta), len(tb)), 1)
 
 
 def scored_candidates(ask: str, sources: list[Source], similarities: np.ndarray | None = None,

@@ -308,6 +308,21 @@ def test_composed_answer_leads_with_the_best_unit_and_reads_on() -> None:
     assert extractive_answer("how does stage 3 partition the parameters", [first, second], sims).startswith("Offloading the optimizer")
 
 
+def test_the_lead_does_not_read_on_into_the_same_words_again() -> None:
+    """A catalogue entry states a key in the package's words and again in the docs' row: the lead once
+    quoted both ("`fp16.hysteresis` (int, default 2): Delay shift in dynamic loss scaling. `fp16.hysteresis`:
+    hysteresis is a fp16 parameter representing the delay shift in dynamic loss scaling (default `2`)")."""
+    text = ("`fp16.hysteresis` (type int; default 2). Delay shift in dynamic loss scaling.\n"
+            "Reference: Description; Default\n"
+            "Hysteresis is the delay shift in dynamic loss scaling; `2`\n"
+            "It counts the overflows seen before the scale is lowered.")
+    entry = Source(1, "DeepSpeed config: fp16", "fp16", text)
+    lead = segments(extractive_answer("what is the delay shift of dynamic loss scaling fp16 hysteresis", [entry]))[0]
+    assert lead.startswith("`fp16.hysteresis` (int, default 2): Delay shift in dynamic loss scaling.")
+    assert lead.count("elay shift") == 1  # the docs' row says it again: left out
+    assert "It counts the overflows" in lead  # what only the next unit says is still read on
+
+
 def test_a_lead_about_a_sibling_option_loses_to_one_that_matches() -> None:
     assert about_other_option("does bf16 need loss scaling?", "FP16 training uses dynamic loss scaling.")
     assert not about_other_option("does bf16 need loss scaling?", "bf16 needs no loss scaling, unlike fp16.")
