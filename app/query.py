@@ -105,7 +105,8 @@ QUESTION_WORDS_ZH = frozenset({"意思", "含义", "作用", "如何"})
 _DEFINING_EN = frozenset(
     "what whats what's does do did is are the a an this that config configuration configs option setting "
     "parameter param flag field key deepspeed ds json in of mean means meaning for used use purpose "
-    "control controls explain describe please default value type exactly".split()
+    "control controls explain describe please default value type exactly it "
+    "zero stage 0 1 2 3".split()  # the stage the key belongs to: "zero3 的 stage3_prefetch_bucket_size 是干什么的"
 )
 _DEFINING_ZH = re.compile(r"是什么意思|什么意思|是干什么的|干什么的|干什么|有什么用|有啥用|的作用是什么|作用是什么|作用|"
                           r"是什么|是啥|默认值是多少|默认值|默认是多少|请问|一下|解释|这个|参数|配置|选项|里的|中的|的|是|吗|呢|啊")

@@ -39,6 +39,11 @@ _NEVER_LAST = frozenset("a an the to of and or with via at following below".spli
 # a sentence that ends on a colon points at what follows (a list, code, a figure) when it says so
 _POINTS_AHEAD = re.compile(r"\b(?:following|below|example|examples|as follows|like this|here is|here are|e\.g|such as|these|this)\b", re.I)
 _CODE_SPAN = re.compile(r"`[^`]*`")
+# a statement before a colon whose object is what follows ("... you can do:", "... takes the form:")
+_POINTS_AT_WHAT_FOLLOWS = frozenset("do form need combining".split())
+# a subordinate clause with no main clause before a colon ("When not using a DeepSpeed scheduler:" + a list;
+# a short one only: a longer one mostly holds its main clause without a comma)
+_CONDITION_ONLY = re.compile(r"^(?:when|whenever|if|unless|while|once)\b[^,]*$", re.I)
 MIN_WORDS = 4
 
 
@@ -181,7 +186,8 @@ def _finish(unit: str) -> str | None:
     if unit.endswith(":"):  # introduces a list, code or figure that is not part of the unit
         statement = unit.rstrip(":").rstrip()
         tail = statement.lower().split()[-2:]
-        if len(words) < 8 or _POINTS_AHEAD.search(statement) or tail[-1] in _RUNS_ON or tail[0] == "to":
+        if (len(words) < 8 or _POINTS_AHEAD.search(statement) or tail[-1] in _RUNS_ON or tail[0] == "to"
+                or tail[-1] in _POINTS_AT_WHAT_FOLLOWS or (len(words) <= 10 and _CONDITION_ONLY.match(statement))):
             return None
         unit = statement + "."  # a whole statement before its code: "... on every micro-batch:"
     if not _CLOSED.search(unit):

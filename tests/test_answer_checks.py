@@ -277,6 +277,20 @@ def test_text_units_keep_what_a_reader_needs() -> None:
     assert all(not is_cut(u) for u in units)
 
 
+def test_a_lead_in_to_code_or_a_list_is_no_statement() -> None:
+    """Quoted without what follows its colon, these read as whole sentences and say nothing ("If you just
+    want the `state_dict`, you can do." stood in an answer); a statement before its code still counts."""
+    text = ("If you just want the `state_dict`, you can do:\n\n```python\nsd = engine.module.state_dict()\n```\n\n"
+            "The forward pass of a pipeline parallel model implicitly takes the form:\n\n```python\nx = f(x)\n```\n\n"
+            "When not using a DeepSpeed's learning rate scheduler:\n\n- step it yourself after each optimizer step\n\n"
+            "So you can call forward, backward and step on every micro-batch:\n\n```python\nengine.step()\n```\n")
+    joined = " ".join(u.text for u in text_units(text))
+    for gone in ("you can do", "takes the form", "When not using"):
+        assert gone not in joined, gone
+    assert "So you can call forward, backward and step on every micro-batch." in joined
+    assert "Step it yourself after each optimizer step." in joined
+
+
 def test_a_table_row_keeps_the_key_above_it_when_a_block_names_several() -> None:
     """A catalogue reference that ran into the next entry gave both rows the last key of the block: the
     `reduce_scatter` row read "`reduce_bucket_size`: Uses reduce or reduce scatter ...". Each row is keyed

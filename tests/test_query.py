@@ -17,6 +17,9 @@ KEY = ["zero_optimization.overlap_comm"]
     "Explain the overlap_comm option please",
     "overlap_comm 是什么意思？",
     "zero_optimization 里的 overlap_comm 参数是干什么的",
+    "zero3 的 overlap_comm 是干什么的？",  # the stage it is set for is no further question
+    "What does overlap_comm do in ZeRO stage 2?",
+    "ZeRO-3 overlap_comm: what does it do?",
 ])
 def test_defining_questions(question: str) -> None:
     assert asks_only_what_key_is(question, KEY)
@@ -27,6 +30,7 @@ def test_defining_questions(question: str) -> None:
     "what does overlap_comm do on H100",  # hardware
     "When was overlap_comm added?",  # a version
     "Should I set overlap_comm to true with stage 3?",  # a choice and a value
+    "What does overlap_comm do with 8 GPUs?",  # a setting of the user's
     "overlap_comm 开了以后 loss 会不会变",  # a symptom
     "What does overlap_comm do compared with contiguous_gradients?",  # a comparison with an unknown key
 ])
