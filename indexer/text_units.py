@@ -39,6 +39,9 @@ _NEVER_LAST = frozenset("a an the to of and or with via at following below".spli
 # a sentence that ends on a colon points at what follows (a list, code, a figure) when it says so
 _POINTS_AHEAD = re.compile(r"\b(?:following|below|example|examples|as follows|like this|here is|here are|e\.g|such as|these|this)\b", re.I)
 _CODE_SPAN = re.compile(r"`[^`]*`")
+# a row's sentence about an example the row does not hold ("An example, including the available dictionary
+# keys is illustrated below.")
+_SHOWN_BELOW = re.compile(r"(?<![^.!?\s])\s*[A-Z][^.!?]*\b(?:is|are) (?:illustrated|shown|given|listed) below\.", re.M)
 # a statement before a colon whose object is what follows ("... you can do:", "... takes the form:")
 _POINTS_AT_WHAT_FOLLOWS = frozenset("do form need combining".split())
 # a subordinate clause with no main clause before a colon ("When not using a DeepSpeed scheduler:" + a list;
@@ -105,7 +108,7 @@ def _row_unit(cells: list[str], key: str | None, header: tuple[str, ...] = ()) -
         full, desc, default = key or "", "; ".join(cells[:-1]), cells[-1]
     else:  # a matrix row without its header means little on its own
         return ""
-    desc = desc.rstrip(".")
+    desc = _SHOWN_BELOW.sub("", desc).strip().rstrip(".")
     lead = f"`{full}`: " if full else ""
     return f"{lead}{desc} (default {default})."
 

@@ -291,6 +291,14 @@ def test_a_lead_in_to_code_or_a_list_is_no_statement() -> None:
     assert "Step it yourself after each optimizer step." in joined
 
 
+def test_a_row_drops_its_sentence_about_an_example_it_does_not_hold() -> None:
+    text = ("*bf16*: [dictionary]\n\nDescription; Default\n"
+            "Configuration for bfloat16 training. An example, including the available dictionary keys is illustrated below. "
+            "Training with bfloat16 does not require loss scaling.; None\n")
+    assert [u.text for u in text_units(text)] == [
+        "`bf16`: Configuration for bfloat16 training. Training with bfloat16 does not require loss scaling (default None)."]
+
+
 def test_a_table_row_keeps_the_key_above_it_when_a_block_names_several() -> None:
     """A catalogue reference that ran into the next entry gave both rows the last key of the block: the
     `reduce_scatter` row read "`reduce_bucket_size`: Uses reduce or reduce scatter ...". Each row is keyed
