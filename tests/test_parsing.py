@@ -85,6 +85,7 @@ def test_clean_prose_drops_html_and_liquid() -> None:
     assert clean_prose("A <b>bold</b> {{ site.url }} [link](http://x) text {: .notice}") == "A bold link text"
     # a power stays a power: "the loss scale is 2<sup>initial_scale_power</sup>" once read "2initial_scale_power"
     assert clean_prose("The loss scale is 2<sup>initial_scale_power</sup>.") == "The loss scale is 2^initial_scale_power."
+    assert clean_prose("computed as 2<sup><i>**initial_scale_power**</i></sup>.") == "computed as 2^initial_scale_power."
 
 
 def test_snippet_kinds() -> None:
