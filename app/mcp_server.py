@@ -12,7 +12,6 @@ FastAPI app (`app/mcp_mount.py` builds it there on the first request to `/mcp`).
 import json
 import logging
 import os
-import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -29,6 +28,7 @@ from app.engine import Engine, load_engine
 from app.errors import DsqaError, InvalidInput, NotFound, as_text
 from app.input_policy import check_json, parse_json
 from app.planner import PlanRequest, plan
+from app.retriever import PART_HEADING
 from app.schemas import MAX_K, AskRequest, AskResponse, SnippetOut
 from app.settings import Settings, input_limits
 from indexer.config_check import validate_config as check_config
@@ -43,7 +43,6 @@ INSTRUCTIONS = (
     "and `get_snippet` to fetch a snippet by the id that other replies show."
 )
 SNIPPET_LINES = 40
-PART_HEADING = re.compile(r"^### (.+)$", re.M)  # how a passage opens a part of a neighbouring section (`HybridRetriever.passage`)
 
 
 # ---- Markdown within a word budget -------------------------------------------------------------

@@ -12,6 +12,7 @@ in `app/peer_retrievers.py`.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -94,6 +95,12 @@ COVERAGE_DEPTH = 5  # the coverage decision looks at the first five passages, wh
 NOTE_SLOT = 5  # the highest place one of our notes takes among the passages (1-based)
 
 
+# how a passage opens a part from another section than the one before it (`HybridRetriever.passage`);
+# the MCP excerpt reads it back with PART_HEADING, the web page's script with the same pattern
+PART_OPENER = "### "
+PART_HEADING = re.compile(rf"^{re.escape(PART_OPENER)}(.+)$", re.M)
+
+
 def _heading(chunk: Chunk) -> str:
     return chunk.trail[-1] if chunk.trail else chunk.title
 
@@ -107,15 +114,19 @@ def _same_section(a: Chunk, b: Chunk) -> bool:
     return _section(a) == _section(b)
 
 
+def _under_headings(a: Chunk, b: Chunk, n: int) -> bool:
+    """`b` is on `a`'s page, under the first `n` headings of `a`'s trail."""
+    return (a.path, a.source) == (b.path, b.source) and b.trail[:n] == a.trail[:n]
+
+
 def _in_subsection(a: Chunk, b: Chunk) -> bool:
     """`b` is in `a`'s section or one of its subsections (same page)."""
-    return (a.path, a.source) == (b.path, b.source) and b.trail[:len(a.trail)] == a.trail
+    return _under_headings(a, b, len(a.trail))
 
 
 def _in_parent(a: Chunk, b: Chunk) -> bool:
     """`b` is in the section that holds `a`'s (its page for a top-level section)."""
-    n = max(len(a.trail) - 1, 1)
-    return (a.path, a.source) == (b.path, b.source) and b.trail[:n] == a.trail[:n]
+    return _under_headings(a, b, max(len(a.trail) - 1, 1))
 
 
 # how far a passage may grow from its chunk (`RetrievalOptions.passage_scopes`); chosen on tune's
@@ -418,7 +429,7 @@ class HybridRetriever:
         parts = [self.index.chunks[j] for j in span]
         texts, trail = [], chunk.trail
         for p in parts:  # a part of another section than the one before it opens with its heading
-            texts.append(p.text if p.trail == trail else f"### {_heading(p)}\n\n{p.text}")
+            texts.append(p.text if p.trail == trail else f"{PART_OPENER}{_heading(p)}\n\n{p.text}")
             trail = p.trail
         return replace(
             chunk,

@@ -105,13 +105,18 @@ def fit(data: list[QuestionUnits], c: float, trained_on: str = "", encoder: str 
                        trained_on, encoder=encoder)
 
 
-def evidence_share(data: list[QuestionUnits], score: Any) -> float:
-    """Share of questions whose composed answer (units ordered by `score(d)`) holds a gold phrase."""
+def evidence_hits(data: list[QuestionUnits], score: Any) -> int:
+    """How many questions' composed answers (units ordered by `score(d)`) hold a gold phrase."""
     hits = 0
     for d in data:
         answer = normalise(compose(d.cands, score(d)))
         hits += any(normalise(e) in answer for e in d.evidence if normalise(e))
-    return hits / max(len(data), 1)
+    return hits
+
+
+def evidence_share(data: list[QuestionUnits], score: Any) -> float:
+    """Share of questions whose composed answer holds a gold phrase (`evidence_hits`)."""
+    return evidence_hits(data, score) / max(len(data), 1)
 
 
 def probability(model: LinearModel, rows: np.ndarray) -> np.ndarray:
@@ -122,7 +127,7 @@ def choose_c(data: list[QuestionUnits]) -> tuple[float, dict[float, float]]:
     fold_of = [hash_fold(d.id, FOLDS) for d in data]
     results: dict[float, float] = {}
     for c in C_GRID:
-        total = 0.0
+        total = 0
         for f in range(FOLDS):
             train = [d for d, k in zip(data, fold_of, strict=True) if k != f]
             held = [d for d, k in zip(data, fold_of, strict=True) if k == f]
@@ -130,7 +135,7 @@ def choose_c(data: list[QuestionUnits]) -> tuple[float, dict[float, float]]:
                 model = fit(train, c)
                 # a count, not a float sum of shares: float noise once decided between C values with as
                 # many answers right
-                total += round(evidence_share(held, lambda d, m=model: probability(m, d.rows)) * len(held))
+                total += evidence_hits(held, lambda d, m=model: probability(m, d.rows))
         results[c] = total / max(len(data), 1)
     best = max(results.values())
     # the most regularised C within C_MARGIN of the best: the counts of C values a question or two apart

@@ -61,7 +61,7 @@ function renderAnswer(text, passages) {
 }
 
 // Passage text with its ``` fenced code shown as code blocks and the "### heading" line that opens a part
-// from a neighbouring section as a heading (text only, never HTML).
+// from a neighbouring section as a heading (`PART_OPENER` in app/retriever.py; text only, never HTML).
 function passageBody(text) {
   const body = el("div", { class: "text" });
   text.split(/```[\w-]*\n?/).forEach((part, i) => {
