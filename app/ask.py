@@ -59,6 +59,7 @@ def best_snippets(snippets: list[SnippetOut], n: int) -> list[SnippetOut]:
 
 _POINTER = re.compile(r"^/[\w/]*:\s*")
 _NAMED = re.compile(r"'([A-Za-z_][\w.]*)'|\b([a-z]+(?:_[a-z0-9]+)+)\b|\b(deepspeed(?:\.\w+)+)")
+_CHOICES = re.compile(r"\[[^\]]*\]")  # "one of [...]": the valid choices, not what failed
 
 
 def _squash(text: str) -> str:
@@ -67,10 +68,12 @@ def _squash(text: str) -> str:
 
 def version_notes(stale: dict[str, Snippet], hits: list[Hit], answer: str, question: str) -> str:
     """Warn when a passage the answer cites shows code the installed deepspeed rejects, and only when
-    the question names what that code fails on (a key, an optimizer, a module)."""
+    the question names what that code fails on (a key, an optimizer, a module; not the valid choices a
+    reason lists in brackets). Pages failing for the same reason share one note."""
     cited = {int(n) for n in re.findall(r"\[(\d+)\]", answer)}
     asked = _squash(question)
-    notes: list[str] = []
+    reasons: dict[str, list[int]] = {}
+    version = ""
     seen: set[str] = set()
     for n, hit in enumerate(hits, 1):
         bad = stale.get(hit.chunk.path)
@@ -78,12 +81,17 @@ def version_notes(stale: dict[str, Snippet], hits: list[Hit], answer: str, quest
             continue
         reason = _POINTER.sub("", bad.reason).strip()
         reason = reason if reason.endswith((".", "!", "?")) else reason + "."
-        named = [part for m in _NAMED.finditer(bad.reason) for part in m.groups() if part]
+        failing = _CHOICES.sub("", bad.reason)
+        named = [part for m in _NAMED.finditer(failing) for part in m.groups() if part]
         keys = {_squash(n) for n in named} | {_squash(n.split(".")[-1]) for n in named}
         if not any(key and key in asked for key in keys):
             continue
         seen.add(hit.chunk.path)
-        notes.append(f"Heads-up: an example on that page no longer works with the installed deepspeed {bad.checked_with}. {reason} [{n}]")
+        reasons.setdefault(reason, []).append(n)
+        version = bad.checked_with
+    notes = [f"Heads-up: {'an example' if len(ns) == 1 else 'examples'} on {'that page' if len(ns) == 1 else 'those pages'} no longer "
+             f"work{'s' if len(ns) == 1 else ''} with the installed deepspeed {version}. {reason} " + "".join(f"[{n}]" for n in ns)
+             for reason, ns in reasons.items()]
     return ("\n\n" + "\n".join(notes)) if notes else ""
 
 

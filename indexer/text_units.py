@@ -48,6 +48,13 @@ _POINTS_AT_WHAT_FOLLOWS = frozenset("do form need combining".split())
 # a short one only: a longer one mostly holds its main clause without a comma)
 _CONDITION_ONLY = re.compile(r"^(?:when|whenever|if|unless|while|once)\b[^,]*$", re.I)
 MIN_WORDS = 4
+# a docstring's argument list: "Args:" and its kin open it, and each "name (type): what" line (or "name: what"
+# under such a header) is an item of its own, kept whole up to ARG_WORDS so that its "Defaults to x." stays
+# with its name instead of opening the next argument's sentence
+_ARG_SECTION = re.compile(r"^(?:Args|Arguments|Parameters|Params|Keyword [Aa]rguments|Kwargs|Attributes|Returns|Raises|Yields)\s*:\s*$")
+_ARG_LINE = re.compile(r"^(?P<name>\*{0,2}[a-z_]\w*)\s*\((?P<type>[^()]*(?:\([^()]*\)[^()]*)*)\)\s*:\s+(?P<what>\S.*)$")
+_ARG_PLAIN = re.compile(r"^(?P<name>\*{0,2}[a-z_]\w*)\s*:\s+(?P<what>\S.*)$")
+ARG_WORDS = 60
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,7 @@ def text_units(text: str) -> list[Unit]:
         # (kind, text, key, header): prose | row, with the key line and table header above a row as it was read
         items: list[tuple[str, str, str | None, tuple[str, ...]]] = []
         in_table = False  # a header row was seen in this block
+        in_args = False  # under a docstring's "Args:" (or kin) in this block
         header: tuple[str, ...] = ()  # the header's cells
         for raw in block.splitlines():
             line = _RST_DIRECTIVE.sub(lambda m: f"{m.group(1).capitalize()}: ", _LINK.sub(r"\1", raw.strip()))
@@ -142,6 +150,14 @@ def text_units(text: str) -> list[Unit]:
                 typed = f"`{key}` ({entry.group('type')}, default {entry.group('default')})"
                 items.append(("prose", f"{typed}: {rest}" if rest else f"{typed}.", key, header))
                 continue
+            if _ARG_SECTION.match(line):
+                in_args = True
+                continue
+            arg = _ARG_LINE.match(line) or (_ARG_PLAIN.match(line) if in_args else None)
+            if arg:
+                typed = f" ({arg.group('type')})" if "type" in arg.groupdict() else ""
+                items.append(("arg", f"`{arg.group('name')}`{typed}: {arg.group('what')}", key, header))
+                continue
             if _TABLE_HEADER.match(line):
                 in_table, header = True, tuple(c.strip() for c in line.removeprefix("Reference:").split(";"))
                 continue
@@ -153,12 +169,18 @@ def text_units(text: str) -> list[Unit]:
                 continue
             if _LIST_ITEM.match(line):
                 items.append(("prose", _LIST_ITEM.sub("", line), key, header))
-            elif items and items[-1][0] == "prose":
-                items[-1] = ("prose", f"{items[-1][1]} {line}", items[-1][2], items[-1][3])  # a wrapped line continues the item
+            elif items and items[-1][0] in ("prose", "arg"):
+                items[-1] = (items[-1][0], f"{items[-1][1]} {line}", items[-1][2], items[-1][3])  # a wrapped line continues the item
             else:
                 items.append(("prose", line, key, header))
         for kind, item, row_key, row_header in items:
-            pieces = [_row_unit(item.split("; "), row_key, row_header)] if kind == "row" else _split_sentences(" ".join(item.split()))
+            flat = " ".join(item.split())
+            if kind == "row":
+                pieces = [_row_unit(item.split("; "), row_key, row_header)]
+            elif kind == "arg" and len(flat.split()) <= ARG_WORDS:
+                pieces = [flat]
+            else:
+                pieces = _split_sentences(flat)
             for piece in pieces:
                 finished = _finish(piece)
                 if finished is not None and not _drop(finished):
@@ -166,12 +188,14 @@ def text_units(text: str) -> list[Unit]:
     return units
 
 
+_RST_LITERAL = re.compile(r"``([^`]+)``")
 _BIB_REF = re.compile(r"\s*\[\d+(?:\s*[,\-\u2013]\s*\d+)*\]")
 
 
 def _finish(unit: str) -> str | None:
     """A unit as a reader meets it: a leading identifier in backticks, a capital first letter, a
     closing full stop; None for one that trails off into code or a list it does not hold."""
+    unit = _RST_LITERAL.sub(r"`\1`", unit)  # reST's ``literal`` reads as Markdown's `code`
     cited = _BIB_REF.sub("", unit)  # a blog's "[14]" reads as one of the answer's citations
     referenced, unit = cited != unit, cited
     words = unit.split()

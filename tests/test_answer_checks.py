@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -317,6 +318,26 @@ def test_a_table_row_keeps_the_key_above_it_when_a_block_names_several() -> None
     assert not any(u.startswith("`reduce_bucket_size`: Uses reduce") for u in units)
 
 
+def test_a_docstring_argument_keeps_its_name_and_default() -> None:
+    """An argument list's lines were joined as prose, so each "Defaults to x." opened the next argument's
+    sentence ("Defaults to 1234. partition_method (str, optional): ...") and left its own name behind."""
+    text = ("Args:\n    base_seed (int, optional): The starting seed. Defaults to 1234.\n"
+            "    partition_method (str, optional): The method upon which the layers are partitioned. Defaults to 'parameters'.\n"
+            "    checkpointable_layers (list[str], optional): Layer class names that may be checkpointed. For GPT models,\n"
+            "        one layer is always checkpointed. Defaults to None.\n"
+            "    dynamic_shape: Allows dynamic shapes of inputs.\n")
+    assert [u.text for u in text_units(text)] == [
+        "`base_seed` (int, optional): The starting seed. Defaults to 1234.",
+        "`partition_method` (str, optional): The method upon which the layers are partitioned. Defaults to 'parameters'.",
+        "`checkpointable_layers` (list[str], optional): Layer class names that may be checkpointed. For GPT models, one layer is "
+        "always checkpointed. Defaults to None.",
+        "`dynamic_shape`: Allows dynamic shapes of inputs.",
+    ]
+    # "name: what" outside an argument list is prose as before, and reST's ``literal`` reads as `code`
+    assert [u.text for u in text_units("Note: the ``zero.Init`` context partitions parameters at construction.")] == [
+        "Note: the `zero.Init` context partitions parameters at construction."]
+
+
 def test_composed_answer_leads_with_the_best_unit_and_reads_on() -> None:
     first = Source(1, "ZeRO", "Memory", "Stage 3 partitions the parameters across ranks. It needs at least 4 GPUs because the states are split four ways.\n\nUnrelated closing words about logging here.")
     second = Source(2, "Offload", "CPU", "Offloading the optimizer to CPU memory saves GPU memory for stage 3.")
@@ -404,6 +425,17 @@ def test_version_note_only_on_a_cited_page_whose_failing_code_the_question_names
     assert note.strip().startswith("Heads-up") and "/:" not in note and note.rstrip().endswith("[1]") and not is_cut(segments(note)[0])
     assert version_notes({"docs/a.md": bad}, hits, "Use MiCS. [2]", "how do I set mics_shard_size?") == ""  # not cited
     assert version_notes({"docs/a.md": bad}, hits, "Use ZeRO. [1]", "how does ZeRO stage 3 work?") == ""  # not asked
+    # the choices a reason lists are not what failed: a question about Adam gets no note about OneBitAdam
+    onebit = Snippet(id="o", language="json", kind="ds_config", code="{}", chunk_id="c", source_url="u", path="docs/a.md", status="fails",
+                     reason="optimizer type 'OneBitAdam' is neither one of deepspeed's optimizers ['adam', 'lamb'] nor a torch.optim class",
+                     checked_with="0.19.8")
+    other = Chunk(id="d", text="t", path="docs/b.md", url="u", title="T", heading="H", trail=(), source="docs")
+    two = hits + [Hit(chunk=other, score=0.9, bm25=1.0, dense=0.5)]
+    stale = {"docs/a.md": onebit, "docs/b.md": replace(onebit, id="p", path="docs/b.md")}
+    assert version_notes(stale, two, "Adam. [1] Lamb. [2]", "how do I use adam with offload?") == ""
+    # two pages failing for the same reason share one note
+    note = version_notes(stale, two, "1-bit. [1] More. [2]", "How do I set OneBitAdam's freeze_step?").strip()
+    assert note.count("Heads-up") == 1 and note.endswith("[1][2]") and "no longer work with" in note
 
 
 def test_chinese_answers_name_the_terms_they_matched() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 
@@ -52,7 +53,7 @@ def test_latency_is_reported(real_server: ServerThread) -> None:
 
 def test_answer_warns_about_docs_code_the_installed_version_rejects(real_server: ServerThread) -> None:
     body = httpx.post(real_server.url + "/ask", json={"question": "How do I configure the 1-bit Adam optimizer (OneBitAdam) freeze_step?"}, timeout=60).json()
-    assert "no longer works with the installed deepspeed" in body["answer"]
+    assert re.search(r"no longer works? with the installed deepspeed", body["answer"])
     assert "OneBitAdam" in body["answer"]
 
 
