@@ -27,7 +27,13 @@ from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
 from app.llm_client import Numbered, citation_problem, messages_for
-from app.query import QUESTION_WORDS_ZH, asks_only_what_key_is, asks_whether_removed, split_question
+from app.query import (
+    QUESTION_WORDS_ZH,
+    api_names_in,
+    asks_only_what_key_is,
+    asks_whether_removed,
+    split_question,
+)
 from app.query_adapter import QueryAdapter
 from app.retriever import Hit, SearchResult
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
@@ -164,6 +170,9 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         # passage: the coverage decision refused 42% of "What does <key> do?" and 57% of
         # "<key> 是什么意思？" over the catalogue's 183 distinctive keys)
         decided = True
+    apis = api_names_in(request.question, engine.api_pages) if not decided else []
+    if apis and asks_only_what_key_is(request.question, apis) and any(h.chunk.path == engine.api_pages[p] for h in result.hits for p in apis):
+        decided = True  # "What does TiledLinear do?": its API page, among the passages, answers it
     if not decided and asks_whether_removed(request.question) and status_line(request.question, asked, engine.config_status):
         decided = True  # "was X removed?": the installed deepspeed's own status of the key answers it (no labelled question has this form)
     covered = bool(result.hits) and decided

@@ -32,7 +32,7 @@ from app.settings import Settings
 from indexer.documents import Snippet
 from indexer.embedder import Embedder, make_embedder
 from indexer.onnx_encoder import ENCODER_DIR, INT8_FILE, MODEL_FILE, OnnxEmbedder, has_encoder
-from indexer.package_source import key_descriptions, key_facts, key_status
+from indexer.package_source import API_PAGE_PREFIX, key_descriptions, key_facts, key_status
 from indexer.snippet_status import FAILS
 from indexer.store import IndexError_, LoadedIndex, load_index
 
@@ -95,6 +95,12 @@ class Engine:
     def config_status(self) -> dict[str, str]:
         """Config key -> the installed deepspeed's word on it when deprecated or removed (computed once)."""
         return self._read_config(key_status)
+
+    @cached_property
+    def api_pages(self) -> dict[str, str]:
+        """API symbol (dotted path) -> the path of its API page in the index (computed once)."""
+        chunks = self.index.chunks if self.index is not None else ()
+        return {c.path.removeprefix(API_PAGE_PREFIX): c.path for c in chunks if c.source == "api" and c.path.startswith(API_PAGE_PREFIX)}
 
     @cached_property
     def stale_pages(self) -> dict[str, Snippet]:

@@ -9,6 +9,7 @@ weigh the ask more. Pure functions; English and Chinese.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from indexer.tokenize import tokenize
@@ -106,7 +107,9 @@ _DEFINING_EN = frozenset(
     "what whats what's does do did is are the a an this that config configuration configs option setting "
     "parameter param flag field key deepspeed ds json in of mean means meaning for used use purpose "
     "control controls explain describe please default value type exactly it "
-    "zero stage 0 1 2 3".split()  # the stage the key belongs to: "zero3 的 stage3_prefetch_bucket_size 是干什么的"
+    "zero stage 0 1 2 3 "  # the stage the key belongs to: "zero3 的 stage3_prefetch_bucket_size 是干什么的"
+    "difference between and vs versus compare differ differs "  # two keys set side by side: each entry answers its half
+    "how they buy me gain benefit help helps with".split()  # what a key is for, in plainer words
 )
 _DEFINING_ZH = re.compile(r"是什么意思|什么意思|是干什么的|干什么的|干什么|有什么用|有啥用|的作用是什么|作用是什么|作用|"
                           r"是什么|是啥|默认值是多少|默认值|默认是多少|请问|一下|解释|这个|参数|配置|选项|里的|中的|的|是|吗|呢|啊")
@@ -115,7 +118,7 @@ _DEFINING_ZH = re.compile(r"是什么意思|什么意思|是干什么的|干什�
 def asks_only_what_key_is(question: str, keys: list[str]) -> bool:
     """Whether the question asks nothing but what the named config keys (dotted paths) are, do or
     default to ("What does overlap_comm do?", "stage3_max_live_parameters 是什么意思"): what the config
-    catalogue's entry of a key answers by itself. Every word beside the keys, their dotted endings, the
+    catalogue's entry of a key answers by itself (or an API page, for API symbols' paths: "What does TiledLinear do?"). Every word beside the keys, their dotted endings, the
     sections they sit in and punctuation must be one of a few defining words; any other word (a version, a value, a symptom, a
     comparison) asks more."""
     if not keys:
@@ -130,6 +133,20 @@ def asks_only_what_key_is(question: str, keys: list[str]) -> bool:
     text = _DEFINING_ZH.sub(" ", text)
     words = re.findall(r"[a-z']+|\d+|[^\W\d_a-z]+", text)
     return all(w in _DEFINING_EN for w in words)
+
+
+_API_NAME = re.compile(r"^(?:[A-Z][a-z0-9]+){2,}[A-Za-z0-9]*$|^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")  # TiledLinear, safe_get_full_grad
+
+
+def api_names_in(question: str, paths: Iterable[str]) -> list[str]:
+    """The API symbols (dotted paths) a question names: by the whole path, or by the last name when it is
+    distinctive (CamelCase or snake_case, written as a word: "What does TiledLinear do?"; not "Init")."""
+    named = []
+    for path in paths:
+        last = path.rsplit(".", 1)[-1]
+        if path in question or (_API_NAME.match(last) and re.search(rf"(?<![\w.]){re.escape(last)}(?![\w])", question)):
+            named.append(path)
+    return named
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from indexer.onnx_encoder import (
     quantize_encoder,
 )
 from indexer.onnx_graph import simplify_encoder
-from indexer.package_source import api_signatures, read_api_docs, read_config_catalogue
+from indexer.package_source import api_signatures, documented_symbols, read_api_docs, read_config_catalogue
 from indexer.snippet_check import check_snippet
 from indexer.store import write_index
 from indexer.text_units import unit_table
@@ -79,7 +79,7 @@ def gather_documents(docs_dir: Path | None, notes_dir: Path | None, include_pack
             "DSQA_DOCS_DIR to a DeepSpeed checkout, then rebuild with `dsqa index`."
         )
     if include_package:
-        documents += read_api_docs()
+        documents += read_api_docs(root)
         documents += read_config_catalogue(root)
     if notes_dir is not None:
         documents += read_notes_dir(notes_dir)
@@ -208,7 +208,7 @@ def build_index(
         manifest["error_catalogue"] = ERRORS_FILE
     with tempfile.TemporaryDirectory() as work:
         signatures = Path(work) / SIGNATURES_FILE  # which keyword arguments the API functions take
-        write_signatures(signatures, api_signatures())
+        write_signatures(signatures, api_signatures(documented_symbols(root)))
         extra = {SIGNATURES_FILE: signatures} | ({ERRORS_FILE: errors} if errors is not None else {})
         write_index(out, chunks, snippets, vectors, manifest, units=(units, unit_vectors),
                     extra_dirs={ENCODER_DIR: encoder} if encoder else None, extra_files=extra)

@@ -75,6 +75,7 @@ API_SYMBOLS: dict[str, list[str] | None] = {
     "deepspeed.ops.op_builder.AsyncIOBuilder": [],
 }
 
+API_PAGE_PREFIX = "deepspeed-api/"  # an API page's path: the prefix, then the symbol's dotted path
 GITHUB_SRC = "https://github.com/deepspeedai/DeepSpeed/blob/v{version}/{path}#L{line}"
 CONFIG_URL = "https://www.deepspeed.ai/docs/config-json/"
 # an entry's name line: `<i>**name**</i>: [type]` or `***name***: [type]` (the page writes both)
@@ -120,6 +121,9 @@ def _source_url(obj: Any, version: str) -> str:
 _DIRECTIVE = re.compile(r"^\s*\.\. (?:code-block|code|sourcecode)::")
 
 
+_EXAMPLE_HEADER = re.compile(r"^\s*(?:Examples?|Usage|Example usage)\s*::?\s*$", re.I)
+
+
 def _is_code(para: str) -> bool:
     """An indented docstring paragraph is an example when it is a `>>>` session or parses as Python;
     an indented `name: description` argument list is prose."""
@@ -148,32 +152,63 @@ def _doc_blocks(doc: str) -> list[Block]:
         lines = para.splitlines()
         if all(line.startswith(("    ", ">>>", "...")) or not line.strip() for line in lines) and _is_code(para):
             blocks.append(Block(kind="code", text=inspect.cleandoc(para), language="python"))
-        else:
-            blocks.append(Block(kind="text", text=para.strip()))
+            continue
+        # an "Example:" with its >>> session right under the argument list, no blank line between: the session is code
+        first = next((i for i, line in enumerate(lines) if line.lstrip().startswith(">>>")), None)
+        head = lines if first is None else lines[:first]
+        if head and first is not None and _EXAMPLE_HEADER.match(head[-1]):
+            head = head[:-1]
+        if "\n".join(head).strip():
+            blocks.append(Block(kind="text", text="\n".join(head).strip()))
+        if first is not None:
+            blocks.append(Block(kind="code", text=inspect.cleandoc("\n".join(lines[first:])), language="python"))
     return blocks
+
+
+# what the docs' API reference documents: `.. autoclass:: deepspeed.runtime.lr_schedules.WarmupDecayLR` (a module's
+# whole `automodule` is left to the symbols above)
+_AUTODOC = re.compile(r"^\.\. auto(?:class|function|method|attribute)::\s*(deepspeed(?:\.\w+)+)\s*$", re.M)
+
+
+def documented_symbols(docs_root: Path | None) -> dict[str, list[str] | None]:
+    """API_SYMBOLS, then every symbol the docs' reST API reference (`docs/code-docs/source`) pulls in with
+    autodoc and API_SYMBOLS does not name: the docstring alone (`None`), its methods left to their own
+    directives. Without a docs checkout, API_SYMBOLS."""
+    symbols = dict(API_SYMBOLS)
+    source = docs_root / "docs" / "code-docs" / "source" if docs_root is not None else None
+    for rst in sorted(source.glob("**/*.rst")) if source is not None and source.is_dir() else []:
+        for path in _AUTODOC.findall(rst.read_text(encoding="utf-8", errors="replace")):
+            symbols.setdefault(path, None)
+    return symbols
 
 
 def api_members(symbols: dict[str, list[str] | None] | None = None) -> Iterator[tuple[str, Any, list[tuple[str, Any]]]]:
     """Per symbol of `symbols` (API_SYMBOLS by default) the installed deepspeed has: its path, the object,
     and the members documented with it, (qualified name, object), the symbol first, then a class's listed
-    methods (all public ones for `[]`). A symbol it lacks is logged and left out."""
+    methods (all public ones for `[]`). A symbol it lacks is logged and left out, and so is one another
+    symbol already documents (`deepspeed.DeepSpeedEngine.step` is `deepspeed.runtime.engine.DeepSpeedEngine.step`)."""
+    seen: set[int] = set()
     for path, methods in (API_SYMBOLS if symbols is None else symbols).items():
         try:
             obj = _resolve(path)
         except (ImportError, AttributeError) as exc:
             log.info("API symbol %s not in deepspeed %s: %s", path, deepspeed_version(), exc)
             continue
+        if path not in API_SYMBOLS and (id(obj) in seen or inspect.ismodule(obj)):
+            continue
         members: list[tuple[str, Any]] = [(path, obj)]
         if inspect.isclass(obj) and methods is not None:
             names = methods or [n for n, _ in inspect.getmembers(obj, callable) if not n.startswith("_")]
             members += [(f"{path}.{n}", getattr(obj, n)) for n in names if hasattr(obj, n)]
+        seen.update(id(member) for _, member in members)
         yield path, obj, members
 
 
-def read_api_docs() -> list[Document]:
+def read_api_docs(docs_root: Path | None = None) -> list[Document]:
+    """The API pages: API_SYMBOLS and what the docs' API reference adds (`documented_symbols`)."""
     version = deepspeed_version()
     docs: list[Document] = []
-    for path, obj, members in api_members():
+    for path, obj, members in api_members(documented_symbols(docs_root)):
         short = path.rsplit(".", 1)[-1]
         sections: list[Section] = []
         for qual, member in members:
@@ -186,7 +221,7 @@ def read_api_docs() -> list[Document]:
         if sections:
             docs.append(
                 Document(
-                    path=f"deepspeed-api/{path}",
+                    path=f"{API_PAGE_PREFIX}{path}",
                     title=f"deepspeed API: {path}",
                     url=_source_url(obj, version),
                     source="api",

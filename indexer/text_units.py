@@ -52,7 +52,7 @@ MIN_WORDS = 4
 # under such a header) is an item of its own, kept whole up to ARG_WORDS so that its "Defaults to x." stays
 # with its name instead of opening the next argument's sentence
 _ARG_SECTION = re.compile(r"^(?:Args|Arguments|Parameters|Params|Keyword [Aa]rguments|Kwargs|Attributes|Returns|Raises|Yields)\s*:\s*$")
-_ARG_LINE = re.compile(r"^(?P<name>\*{0,2}[a-z_]\w*)\s*\((?P<type>[^()]*(?:\([^()]*\)[^()]*)*)\)\s*:\s+(?P<what>\S.*)$")
+_ARG_LINE = re.compile(r"^(?P<name>\*{0,2}[a-z_]\w*)\s*(?P<type>\([^()]*(?:\([^()]*\)[^()]*)*\)|\{[^{}]*\})\s*:\s+(?P<what>\S.*)$")
 _ARG_PLAIN = re.compile(r"^(?P<name>\*{0,2}[a-z_]\w*)\s*:\s+(?P<what>\S.*)$")
 ARG_WORDS = 60
 
@@ -155,7 +155,7 @@ def text_units(text: str) -> list[Unit]:
                 continue
             arg = _ARG_LINE.match(line) or (_ARG_PLAIN.match(line) if in_args else None)
             if arg:
-                typed = f" ({arg.group('type')})" if "type" in arg.groupdict() else ""
+                typed = f" {arg.group('type')}" if "type" in arg.groupdict() else ""  # (int, optional) or {'log', 'linear'}
                 items.append(("arg", f"`{arg.group('name')}`{typed}: {arg.group('what')}", key, header))
                 continue
             if _TABLE_HEADER.match(line):

@@ -325,13 +325,15 @@ def test_a_docstring_argument_keeps_its_name_and_default() -> None:
             "    partition_method (str, optional): The method upon which the layers are partitioned. Defaults to 'parameters'.\n"
             "    checkpointable_layers (list[str], optional): Layer class names that may be checkpointed. For GPT models,\n"
             "        one layer is always checkpointed. Defaults to None.\n"
-            "    dynamic_shape: Allows dynamic shapes of inputs.\n")
+            "    dynamic_shape: Allows dynamic shapes of inputs.\n"
+            "    warmup_type {'log', 'linear'}: increasing function during warmup. Default: log\n")
     assert [u.text for u in text_units(text)] == [
         "`base_seed` (int, optional): The starting seed. Defaults to 1234.",
         "`partition_method` (str, optional): The method upon which the layers are partitioned. Defaults to 'parameters'.",
         "`checkpointable_layers` (list[str], optional): Layer class names that may be checkpointed. For GPT models, one layer is "
         "always checkpointed. Defaults to None.",
         "`dynamic_shape`: Allows dynamic shapes of inputs.",
+        "`warmup_type` {'log', 'linear'}: increasing function during warmup. Default: log.",
     ]
     # "name: what" outside an argument list is prose as before, and reST's ``literal`` reads as `code`
     assert [u.text for u in text_units("Note: the ``zero.Init`` context partitions parameters at construction.")] == [

@@ -324,3 +324,22 @@ def test_a_config_with_a_json_slip_runs_mended_and_says_so() -> None:
     assert fragment.status == RAN and REPAIRED_SYNTAX in fragment.words
     unreadable = prepare("ds_config", '{"a": [q_size, kv_size]}', Capabilities(device="cpu"))
     assert unreadable.skip.startswith("not a readable config")
+
+
+def test_the_api_pages_hold_what_the_docs_api_reference_documents(real_docs: Path) -> None:
+    """The API pages were a hand-kept list: 36 symbols the docs' reST reference pulls in with autodoc
+    (the learning-rate schedules, the safe_get/set_* accessors, TiledLinear) had no page. Each is read from
+    the installed package now, once (`deepspeed.DeepSpeedEngine.step` is the engine's own `step`), and a
+    docstring's `Example:` session right under its arguments is code, not the last argument's prose."""
+    from indexer.package_source import API_SYMBOLS, api_members, documented_symbols, read_api_docs
+
+    symbols = documented_symbols(real_docs)
+    assert set(API_SYMBOLS) < set(symbols) and "deepspeed.runtime.lr_schedules.WarmupDecayLR" in symbols
+    assert documented_symbols(None) == API_SYMBOLS
+    paths = [path for path, _, _ in api_members(symbols)]
+    assert "deepspeed.utils.safe_get_full_fp32_param" in paths and "deepspeed.DeepSpeedEngine.step" not in paths
+    page = next(d for d in read_api_docs(real_docs) if d.title.endswith("lr_schedules.WarmupDecayLR"))
+    blocks = [b for section in page.sections for b in section.blocks]
+    assert any(b.kind == "code" and b.text.startswith(">>> optimizer") for b in blocks)
+    assert not any(b.kind == "text" and ">>>" in b.text for b in blocks)
+    assert any(b.kind == "text" and "warmup_num_steps (int)" in b.text for b in blocks)

@@ -38,6 +38,16 @@ def test_questions_that_ask_more(question: str) -> None:
     assert not asks_only_what_key_is(question, KEY)
 
 
+@pytest.mark.parametrize("question", [
+    "What's the difference between overlap_comm and contiguous_gradients?",  # each key's entry answers its half
+    "overlap_comm vs contiguous_gradients: how do they differ?",
+    'What does "overlap_comm" buy me?',
+])
+def test_two_keys_side_by_side_or_what_one_is_for(question: str) -> None:
+    assert asks_only_what_key_is(question, KEY + ["zero_optimization.contiguous_gradients"])
+    assert not asks_only_what_key_is(question.replace("overlap_comm", "overlap_comm on 8 GPUs"), KEY + ["zero_optimization.contiguous_gradients"])
+
+
 def test_no_key_named_is_never_defining() -> None:
     assert not asks_only_what_key_is("What does it do?", [])
     assert not asks_only_what_key_is("What does overlap_comm do?", ["zero_optimization.reduce_scatter"])
