@@ -109,16 +109,18 @@ _DEFINING_EN = frozenset(
     "control controls explain describe please default value type exactly it "
     "zero stage 0 1 2 3 "  # the stage the key belongs to: "zero3 的 stage3_prefetch_bucket_size 是干什么的"
     "difference between and vs versus compare differ differs "  # two keys set side by side: each entry answers its half
-    "how they buy me gain benefit help helps with".split()  # what a key is for, in plainer words
-)
-_DEFINING_ZH = re.compile(r"是什么意思|什么意思|是干什么的|干什么的|干什么|有什么用|有啥用|的作用是什么|作用是什么|作用|"
-                          r"是什么|是啥|默认值是多少|默认值|默认是多少|请问|一下|解释|这个|参数|配置|选项|里的|中的|的|是|吗|呢|啊")
+    "how they buy me gain benefit help helps with "  # what a key is for, in plainer words
+    "i can to set use using enable disable configure turn on off change adjust".split()  # how to set it: the entry's
+)  # type, default and section say (the coverage decision refused 123 of 205 "How do I set <key>?")
+_DEFINING_ZH = re.compile(r"怎么|如何|怎样|设置|使用|配置成|开启|打开|关闭|是什么意思|什么意思|是干什么的|干什么的|干什么|有什么用|有啥用|的作用是什么|作用是什么|作用|"
+                          r"是什么|是啥|默认值是多少|默认值|默认是多少|请问|一下|解释|这个|参数|配置|选项|里的|中的|的|是|吗|呢|啊|中|里|用|和|与|跟")
 
 
 def asks_only_what_key_is(question: str, keys: list[str]) -> bool:
-    """Whether the question asks nothing but what the named config keys (dotted paths) are, do or
-    default to ("What does overlap_comm do?", "stage3_max_live_parameters 是什么意思"): what the config
-    catalogue's entry of a key answers by itself (or an API page, for API symbols' paths: "What does TiledLinear do?"). Every word beside the keys, their dotted endings, the
+    """Whether the question asks nothing but what the named config keys (dotted paths) are, do, default to
+    or how to set them ("What does overlap_comm do?", "stage3_max_live_parameters 是什么意思", "How do I set
+    overlap_comm?"): what the config catalogue's entry of a key answers by itself (or an API page, for API
+    symbols' paths: "What does TiledLinear do?"). Every word beside the keys, their dotted endings, the
     sections they sit in and punctuation must be one of a few defining words; any other word (a version, a value, a symptom, a
     comparison) asks more."""
     if not keys:

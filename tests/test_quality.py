@@ -286,7 +286,7 @@ def test_asking_what_a_key_does_is_never_refused(engine) -> None:
     facts = engine.config_facts
     leaves = sorted({p.rsplit(".", 1)[-1] for p in facts if "_" in p.rsplit(".", 1)[-1] and keys_named(p.rsplit(".", 1)[-1], facts)})
     assert len(leaves) > 150
-    for form in ("What does {} do?", "{} 是什么意思？"):
+    for form in ("What does {} do?", "{} 是什么意思？", "How do I set {}?"):  # the last: 123 refused before the rule took it
         refused = [k for k in leaves if not prepare(engine, AskRequest(question=form.format(k))).covered]
         assert not refused, (form, refused[:5])
     reply = ask(engine, AskRequest(question="What does stage3_prefetch_bucket_size do?"))
@@ -303,7 +303,7 @@ def test_asking_what_an_api_symbol_does_is_never_refused(engine) -> None:
     the symbol's own API page stood among the passages. None of our labelled questions has this form."""
     names = sorted({p.rsplit(".", 1)[-1] for p in engine.api_pages if api_names_in(p.rsplit(".", 1)[-1], [p])})
     assert len(names) > 50 and "WarmupDecayLR" in names and "safe_get_full_fp32_param" in names
-    for form in ("What does {} do?", "{} 是什么意思？", "What is {} for?"):
+    for form in ("What does {} do?", "{} 是什么意思？", "What is {} for?", "How do I use {}?"):  # the last: 33 refused before
         refused = [n for n in names if not prepare(engine, AskRequest(question=form.format(n))).covered]
         assert not refused, (form, refused[:5])
     assert not api_names_in("What does Init do?", engine.api_pages)  # a common word is no symbol's name

@@ -18,6 +18,7 @@ KEY = ["zero_optimization.overlap_comm"]
     "overlap_comm 是什么意思？",
     "zero_optimization 里的 overlap_comm 参数是干什么的",
     "zero3 的 overlap_comm 是干什么的？",  # the stage it is set for is no further question
+    "ZeRO-3 中 overlap_comm 是什么意思？",
     "What does overlap_comm do in ZeRO stage 2?",
     "ZeRO-3 overlap_comm: what does it do?",
 ])
@@ -32,6 +33,8 @@ def test_defining_questions(question: str) -> None:
     "Should I set overlap_comm to true with stage 3?",  # a choice and a value
     "What does overlap_comm do with 8 GPUs?",  # a setting of the user's
     "overlap_comm 开了以后 loss 会不会变",  # a symptom
+    "When should I change overlap_comm?",  # advice on when
+    "overlap_comm 应该设置多少？",  # a value to pick
     "What does overlap_comm do compared with contiguous_gradients?",  # a comparison with an unknown key
 ])
 def test_questions_that_ask_more(question: str) -> None:
@@ -42,6 +45,9 @@ def test_questions_that_ask_more(question: str) -> None:
     "What's the difference between overlap_comm and contiguous_gradients?",  # each key's entry answers its half
     "overlap_comm vs contiguous_gradients: how do they differ?",
     'What does "overlap_comm" buy me?',
+    "How do I set overlap_comm and contiguous_gradients?",  # how to set them: each entry's section, type and default
+    "overlap_comm 和 contiguous_gradients 怎么设置？",
+    "overlap_comm 和 contiguous_gradients 有什么用？",
 ])
 def test_two_keys_side_by_side_or_what_one_is_for(question: str) -> None:
     assert asks_only_what_key_is(question, KEY + ["zero_optimization.contiguous_gradients"])
