@@ -33,6 +33,7 @@ from app.query import (
     asks_only_what_key_is,
     asks_whether_removed,
     split_question,
+    titles_in,
 )
 from app.query_adapter import QueryAdapter
 from app.retriever import Hit, SearchResult
@@ -173,6 +174,9 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     apis = api_names_in(request.question, engine.api_pages) if not decided else []
     if apis and asks_only_what_key_is(request.question, apis) and any(h.chunk.path == engine.api_pages[p] for h in result.hits for p in apis):
         decided = True  # "What does TiledLinear do?": its API page, among the passages, answers it
+    titles = titles_in(request.question, engine.page_titles) if not decided else []
+    if titles and asks_only_what_key_is(request.question, titles) and any(h.chunk.path in engine.page_titles[t] for h in result.hits for t in titles):
+        decided = True  # "How do I enable Domino?": the page of that title, among the passages, answers it
     if not decided and asks_whether_removed(request.question) and status_line(request.question, asked, engine.config_status):
         decided = True  # "was X removed?": the installed deepspeed's own status of the key answers it (no labelled question has this form)
     covered = bool(result.hits) and decided

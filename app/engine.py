@@ -103,6 +103,15 @@ class Engine:
         return {c.path.removeprefix(API_PAGE_PREFIX): c.path for c in chunks if c.source == "api" and c.path.startswith(API_PAGE_PREFIX)}
 
     @cached_property
+    def page_titles(self) -> dict[str, frozenset[str]]:
+        """A docs page's title -> the paths of the pages with that title (computed once)."""
+        pages: dict[str, set[str]] = {}
+        for c in self.index.chunks if self.index is not None else ():
+            if c.source == "docs" and c.title:
+                pages.setdefault(c.title, set()).add(c.path)
+        return {t: frozenset(p) for t, p in pages.items()}
+
+    @cached_property
     def stale_pages(self) -> dict[str, Snippet]:
         """Page path -> one of its snippets that the installed deepspeed rejects (computed once)."""
         stale: dict[str, Snippet] = {}

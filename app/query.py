@@ -109,7 +109,7 @@ _DEFINING_EN = frozenset(
     "control controls explain describe please default value type exactly it "
     "zero stage 0 1 2 3 "  # the stage the key belongs to: "zero3 的 stage3_prefetch_bucket_size 是干什么的"
     "difference between and vs versus compare differ differs "  # two keys set side by side: each entry answers its half
-    "how they buy me gain benefit help helps with "  # what a key is for, in plainer words
+    "how they buy me gain benefit help helps with work works "  # what a key is for, in plainer words
     "i can to set use using enable disable configure turn on off change adjust".split()  # how to set it: the entry's
 )  # type, default and section say (the coverage decision refused 123 of 205 "How do I set <key>?")
 _DEFINING_ZH = re.compile(r"怎么|如何|怎样|设置|使用|配置成|开启|打开|关闭|是什么意思|什么意思|是干什么的|干什么的|干什么|有什么用|有啥用|的作用是什么|作用是什么|作用|"
@@ -149,6 +149,12 @@ def api_names_in(question: str, paths: Iterable[str]) -> list[str]:
         if path in question or (_API_NAME.match(last) and re.search(rf"(?<![\w.]){re.escape(last)}(?![\w])", question)):
             named.append(path)
     return named
+
+
+def titles_in(question: str, titles: Iterable[str]) -> list[str]:
+    """The page titles a question names as a phrase ("How do I enable Domino?" names the page "Domino")."""
+    low = question.lower()
+    return [t for t in titles if re.search(rf"(?<!\w){re.escape(t.lower())}(?!\w)", low)]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.query import asks_first_release, asks_only_what_key_is, asks_plan_or_figure
+from app.query import asks_first_release, asks_only_what_key_is, asks_plan_or_figure, titles_in
 
 KEY = ["zero_optimization.overlap_comm"]
 
@@ -52,6 +52,15 @@ def test_questions_that_ask_more(question: str) -> None:
 def test_two_keys_side_by_side_or_what_one_is_for(question: str) -> None:
     assert asks_only_what_key_is(question, KEY + ["zero_optimization.contiguous_gradients"])
     assert not asks_only_what_key_is(question.replace("overlap_comm", "overlap_comm on 8 GPUs"), KEY + ["zero_optimization.contiguous_gradients"])
+
+
+def test_titles_named_as_a_phrase() -> None:
+    titles = ["Domino", "ZeRO", "Mixed Precision ZeRO++"]
+    assert titles_in("How do I enable Domino?", titles) == ["Domino"]
+    assert titles_in("how does mixed precision zero++ work", titles) == ["ZeRO", "Mixed Precision ZeRO++"]
+    assert titles_in("What about DominoZ?", titles) == [] and titles_in("ZeRO-3 and zeros", titles) == ["ZeRO"]
+    assert asks_only_what_key_is("How do I enable Domino?", ["Domino"])
+    assert not asks_only_what_key_is("When was Domino released?", ["Domino"])
 
 
 def test_no_key_named_is_never_defining() -> None:
