@@ -23,6 +23,7 @@ from app.answer import (
     scored_candidates,
 )
 from app.answer_shapes import ERROR_LINE, missing_sides, question_kind, sides, snippet_line, status_line
+from app.doctor import diagnose_with, raised_line
 from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
@@ -179,6 +180,12 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         decided = True  # "How do I enable Domino?": the page of that title, among the passages, answers it
     if not decided and asks_whether_removed(request.question) and status_line(request.question, asked, engine.config_status):
         decided = True  # "was X removed?": the installed deepspeed's own status of the key answers it (no labelled question has this form)
+    raised = ""
+    if not decided and question_kind(request.question, asked) == "error":
+        # a message the installed deepspeed raises word for word: its source line and condition answer it,
+        # whether or not a passage does (21 of 40 such messages were refused; no labelled question is one)
+        raised = raised_line(diagnose_with(index.path, None, request.question, settings.notes_dir))
+        decided = bool(raised)
     covered = bool(result.hits) and decided
     passages = [
         Passage(
@@ -207,6 +214,7 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
         terms = unaccepted + terms
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model, result.seen_units)
+        terms += raised
         draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined)
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)
 

@@ -195,7 +195,9 @@ def nearest(message: str, catalogue: tuple[RaisedError, ...], n: int = 3, cutoff
 
 def _cause(entry: RaisedError, how: str) -> Cause:
     where = f"`{entry.function}` in {entry.path}" if entry.function != "<module>" else entry.path
-    condition = f" when `{entry.condition}`" if entry.condition else ""
+    # an assert's test is what must hold; an `if` around a raise is what sets it off
+    condition = "" if not entry.condition else (f" unless `{entry.condition}` holds" if entry.exception == "AssertionError"
+                                                 else f" when `{entry.condition}`")
     names = ", ".join(f"`{n}`" for n in entry.names[:4])
     fix = f"check {names} in your config or call" if names else "see the raising line for the condition it checks"
     return Cause(title=f"{entry.exception or 'Error'}: {entry.template}"[:300],
@@ -442,6 +444,17 @@ def closest_known_cause(retriever: Any, known: tuple[KnownCause, ...]) -> Any:
         return (cause, float(cos[best])) if cos[best] >= KNOWN_COSINE and not cause.harmless else None
 
     return closest
+
+
+def raised_line(diagnosis: Diagnosis) -> str:
+    """For an answer to a question that quotes an error: where the installed deepspeed raises it and the
+    first cause's fix, when the message is one it raises word for word (else "")."""
+    if diagnosis.matched != "exact" or not diagnosis.causes or not diagnosis.causes[0].source_url:
+        return ""
+    cause = diagnosis.causes[0]
+    said = cause.explanation.removeprefix("this exact message: ").rstrip(".")
+    fix = cause.fix.rstrip(".")
+    return f"{said[0].upper()}{said[1:]}. Fix: {fix} (source: {cause.source_url}).\n"
 
 
 def diagnose_with(index_path: Path | None, retriever: Any, log: str, notes_dir: Path | None = None) -> Diagnosis:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.doctor import diagnose, extract_error, versions_in
+from app.doctor import diagnose, extract_error, raised_line, versions_in
 from indexer.error_catalogue import build_error_catalogue
 
 RAISED = [  # (the log's last lines, the file and function that raise it)
@@ -139,6 +139,15 @@ def test_a_short_generic_pattern_gives_way_to_a_longer_message_reworded_across_v
            "compile cuda/cpp extensions without a matching cuda version.")
     result = diagnose(log)
     assert result.matched == "exact" and "deepspeed/ops/op_builder/builder.py" in result.causes[0].source_url, result.to_json()
+
+
+def test_an_answer_quotes_where_an_exact_message_is_raised() -> None:
+    """`/ask` leads with this line when a question quotes a message deepspeed raises word for word; an
+    assert's test is what must hold, so it reads "unless ... holds", not "when"."""
+    line = raised_line(diagnose("AssertionError: allgather_bucket_size must be a multiple of nccl_start_alignment_factor, 4"))
+    assert line.startswith("Raised by `__init__` in deepspeed/runtime/zero/stage_1_and_2.py unless `allgather_bucket_size")
+    assert "holds" in line and "Fix: check `allgather_bucket_size`" in line and "/blob/v0.19.8/" in line and line.endswith(").\n")
+    assert raised_line(diagnose("ValueError: my own script failed here")) == ""  # nothing deepspeed raises word for word
 
 
 @pytest.mark.parametrize(("line", "path"), RAISED, ids=[p[0].split(":")[0].rsplit(".", 1)[-1] + str(i) for i, p in enumerate(RAISED)])
