@@ -30,9 +30,12 @@ from app.glossary import Glossary, has_cjk
 from app.llm_client import Numbered, citation_problem, messages_for
 from app.query import (
     QUESTION_WORDS_ZH,
+    SEARCH_WORDS,
     api_names_in,
     asks_only_what_key_is,
+    asks_unknowable,
     asks_whether_removed,
+    is_keyword_query,
     split_question,
     titles_in,
 )
@@ -43,6 +46,7 @@ from indexer.documents import Snippet
 from indexer.snippet_status import CHECKED, LABELS, RAN, SHOW_ORDER, verdict
 from indexer.store import LoadedIndex
 from indexer.text_units import Unit
+from indexer.tokenize import term_set
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +182,10 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     titles = titles_in(request.question, engine.page_titles) if not decided else []
     if titles and asks_only_what_key_is(request.question, titles) and any(h.chunk.path in engine.page_titles[t] for h in result.hits for t in titles):
         decided = True  # "How do I enable Domino?": the page of that title, among the passages, answers it
+    if not decided and is_keyword_query(request.question) and result.hits and not asks_unknowable(request.question):
+        top = result.hits[0].chunk  # keywords the first passage holds every one of: a search, and it found them
+        wanted = term_set(request.question) - SEARCH_WORDS
+        decided = bool(wanted) and wanted <= term_set(" ".join((top.title, top.heading, top.text)))
     if not decided and asks_whether_removed(request.question) and status_line(request.question, asked, engine.config_status):
         decided = True  # "was X removed?": the installed deepspeed's own status of the key answers it (no labelled question has this form)
     raised = ""

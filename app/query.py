@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from app.glossary import has_cjk
 from indexer.tokenize import tokenize
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？；])|\n+")
@@ -149,6 +150,20 @@ def api_names_in(question: str, paths: Iterable[str]) -> list[str]:
         if path in question or (_API_NAME.match(last) and re.search(rf"(?<![\w.]){re.escape(last)}(?![\w])", question)):
             named.append(path)
     return named
+
+
+_ASKING = re.compile(r"[?？]|\b(?:what|how|why|when|where|which|who|whose|is|are|can|could|does|do|did|should|would|will|may|might|"
+                     r"must|has|have|i|my|me|we|you)\b", re.I)
+KEYWORD_WORDS = 6
+# the words of a keyword search that say what kind of page is wanted, not what it is about (stemmed as indexed)
+SEARCH_WORDS = frozenset(tokenize("example examples usage format config configuration tutorial guide docs documentation "
+                                  "setup settings options reference sample"))
+
+
+def is_keyword_query(question: str) -> bool:
+    """A search typed as keywords ("hostfile format", "zero_to_fp32 usage"): at most KEYWORD_WORDS words, no
+    question mark, question word or person, no Chinese. None of our labelled questions is one."""
+    return len(question.split()) <= KEYWORD_WORDS and not _ASKING.search(question) and not has_cjk(question)
 
 
 def titles_in(question: str, titles: Iterable[str]) -> list[str]:

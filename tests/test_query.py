@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.query import asks_first_release, asks_only_what_key_is, asks_plan_or_figure, titles_in
+from app.query import asks_first_release, asks_only_what_key_is, asks_plan_or_figure, is_keyword_query, titles_in
 
 KEY = ["zero_optimization.overlap_comm"]
 
@@ -61,6 +61,15 @@ def test_titles_named_as_a_phrase() -> None:
     assert titles_in("What about DominoZ?", titles) == [] and titles_in("ZeRO-3 and zeros", titles) == ["ZeRO"]
     assert asks_only_what_key_is("How do I enable Domino?", ["Domino"])
     assert not asks_only_what_key_is("When was Domino released?", ["Domino"])
+
+
+@pytest.mark.parametrize(("question", "keywords"), [
+    ("hostfile format", True), ("zero3 offload config example", True), ("GatheredParameters example", True),
+    ("How do I write a hostfile?", False), ("hostfile format?", False), ("my hostfile fails", False),
+    ("hostfile 格式", False), ("what does a hostfile with slots and two nodes look like", False),
+])
+def test_keyword_queries(question: str, keywords: bool) -> None:
+    assert is_keyword_query(question) is keywords
 
 
 def test_no_key_named_is_never_defining() -> None:
