@@ -55,6 +55,7 @@ _ARG_SECTION = re.compile(r"^(?:Args|Arguments|Parameters|Params|Keyword [Aa]rgu
 _ARG_LINE = re.compile(r"^(?P<name>\*{0,2}[a-z_]\w*)\s*(?P<type>\([^()]*(?:\([^()]*\)[^()]*)*\)|\{[^{}]*\})\s*:\s+(?P<what>\S.*)$")
 _ARG_PLAIN = re.compile(r"^(?P<name>\*{0,2}[a-z_]\w*)\s*:\s+(?P<what>\S.*)$")
 ARG_WORDS = 60
+CAPTION_WORDS = 10  # a lone line this short, with no full stop, right above a table names it
 
 
 @dataclass(frozen=True)
@@ -124,12 +125,16 @@ def text_units(text: str) -> list[Unit]:
     """The quotable units of a passage, in reading order."""
     units: list[Unit] = []
     key: str | None = None
+    lone: int | None = None  # the unit a block of one short line without a full stop gave (a caption if a matrix follows)
     for block_no, block in enumerate(re.split(r"\n\s*\n", _FENCE.sub("\n\n", text))):
-        # (kind, text, key, header): prose | row, with the key line and table header above a row as it was read
+        # (kind, text, key, header): prose | row | arg | whole (a matrix row read through its header), with the key
+        # line and table header above a row as it was read
         items: list[tuple[str, str, str | None, tuple[str, ...]]] = []
         in_table = False  # a header row was seen in this block
         in_args = False  # under a docstring's "Args:" (or kin) in this block
         header: tuple[str, ...] = ()  # the header's cells
+        matrix: tuple[str, ...] = ()  # a matrix's header cells ("ZeRO stage; bf16_optimizer_states=False; ...=True")
+        caption: int | None = None  # the item a lone short line without a full stop began (a table's caption)
         for raw in block.splitlines():
             line = _RST_DIRECTIVE.sub(lambda m: f"{m.group(1).capitalize()}: ", _LINK.sub(r"\1", raw.strip()))
             if not line:
@@ -162,22 +167,41 @@ def text_units(text: str) -> list[Unit]:
                 in_table, header = True, tuple(c.strip() for c in line.removeprefix("Reference:").split(";"))
                 continue
             cells = line.split("; ")
-            if len(cells) >= 3 and all(len(c.split()) <= 4 for c in cells) and not in_table and not _IDENTIFIER.match(cells[0].strip("`")):
-                continue  # a row of a matrix ("ZeRO stage; with offload; without offload"): nothing alone
+            keyed = bool(_IDENTIFIER.match(cells[0].strip("`")))  # a key's row ("freeze_step; ...; 100000"): read as a row
+            short = len(cells) >= 3 and all(len(c.split()) <= 4 for c in cells) and not keyed
+            if short and not matrix and (not in_table or len(header) != len(cells)):
+                matrix = tuple(c.strip() for c in cells)  # a matrix's header ("ZeRO stage; with offload; without offload")
+                if caption is not None and caption == len(items) - 1:
+                    items.pop()  # "Support matrix (bf16 master weights/gradients)": the title of what follows
+                elif not items and lone is not None and lone == len(units) - 1:
+                    units.pop()  # the same title as a paragraph of its own, just above
+                caption = None
+                continue
+            if (matrix and len(cells) >= len(matrix) and not keyed and len(cells[0].split()) <= 4
+                    and any(len(c.split()) >= 3 for c in cells[1:])):  # a row that says something, read through the header
+                said = [f"{h}: {c.strip()}" for h, c in zip(matrix[1:-1], cells[1:len(matrix) - 1], strict=True)]
+                said.append(f"{matrix[-1]}: {'; '.join(c.strip() for c in cells[len(matrix) - 1:])}")
+                items.append(("whole", f"{matrix[0]} {cells[0].strip()} — {'; '.join(said)}", key, header))
+                continue
+            if short and not in_table:
+                continue  # a matrix row of short cells (figures, yes/no): nothing alone
             if _is_row(line, in_table):
                 items.append(("row", line, key, header))
                 continue
             if _LIST_ITEM.match(line):
                 items.append(("prose", _LIST_ITEM.sub("", line), key, header))
+                caption = None
             elif items and items[-1][0] in ("prose", "arg"):
                 items[-1] = (items[-1][0], f"{items[-1][1]} {line}", items[-1][2], items[-1][3])  # a wrapped line continues the item
+                caption = None
             else:
                 items.append(("prose", line, key, header))
+                caption = len(items) - 1 if len(line.split()) <= CAPTION_WORDS and not line.endswith((".", "!", "?", ":")) else None
         for kind, item, row_key, row_header in items:
             flat = " ".join(item.split())
             if kind == "row":
                 pieces = [_row_unit(item.split("; "), row_key, row_header)]
-            elif kind == "arg" and len(flat.split()) <= ARG_WORDS:
+            elif (kind == "arg" and len(flat.split()) <= ARG_WORDS) or kind == "whole":
                 pieces = [flat]
             else:
                 pieces = _split_sentences(flat)
@@ -185,6 +209,7 @@ def text_units(text: str) -> list[Unit]:
                 finished = _finish(piece)
                 if finished is not None and not _drop(finished):
                     units.append(Unit(finished, block_no))
+        lone = len(units) - 1 if len(items) == 1 and caption == 0 and units and units[-1].block == block_no else None
     return units
 
 

@@ -340,6 +340,23 @@ def test_a_docstring_argument_keeps_its_name_and_default() -> None:
         "Note: the `zero.Init` context partitions parameters at construction."]
 
 
+def test_a_matrix_row_is_read_through_its_header_and_its_title_is_no_answer() -> None:
+    """A support matrix's row was quoted bare ("1/2/3; Requires ZeRO-Offload ...; On GPU ...") and the bold line
+    naming the table ("Support matrix (...)") was read on after the sentence above it."""
+    text = ("Keeps the optimizer states in bf16.\n\nSupport matrix (bf16 master weights/gradients)\n\n"
+            "ZeRO stage; bf16_optimizer_states=False; bf16_optimizer_states=True\n0; Not supported; Not supported\n"
+            "1/2/3; Requires ZeRO-Offload + `DeepSpeedCPUAdam`; On GPU without offload, or on CPU; kept in bf16 either way\n")
+    assert [u.text for u in text_units(text)] == [
+        "Keeps the optimizer states in bf16.",
+        "ZeRO stage 1/2/3 — bf16_optimizer_states=False: Requires ZeRO-Offload + `DeepSpeedCPUAdam`; "
+        "bf16_optimizer_states=True: On GPU without offload, or on CPU; kept in bf16 either way.",
+    ]
+    # a table of figures stays out, and a key's row under a three-column header is still the key's row
+    assert text_units("Model; GPUs; Time\nGPT-2; 16; 33 hr\n") == []
+    assert [u.text for u in text_units('"params" key; Description; Default\nfreeze_step; Warm-up steps before compression; 100000\n')] == [
+        "`freeze_step`: Warm-up steps before compression (default 100000)."]
+
+
 def test_composed_answer_leads_with_the_best_unit_and_reads_on() -> None:
     first = Source(1, "ZeRO", "Memory", "Stage 3 partitions the parameters across ranks. It needs at least 4 GPUs because the states are split four ways.\n\nUnrelated closing words about logging here.")
     second = Source(2, "Offload", "CPU", "Offloading the optimizer to CPU memory saves GPU memory for stage 3.")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from app.query import asks_first_release, asks_only_what_key_is, asks_plan_or_figure, is_keyword_query, titles_in
+from app.query import (
+    asks_first_release,
+    asks_only_what_key_is,
+    asks_plan_or_figure,
+    is_keyword_query,
+    titles_in,
+)
 
 KEY = ["zero_optimization.overlap_comm"]
 
