@@ -104,11 +104,13 @@ class Engine:
 
     @cached_property
     def page_titles(self) -> dict[str, frozenset[str]]:
-        """A docs page's title -> the paths of the pages with that title (computed once)."""
+        """A docs page's title, or a config section's name (its passage's heading), -> the paths of the pages
+        with that title (computed once)."""
         pages: dict[str, set[str]] = {}
         for c in self.index.chunks if self.index is not None else ():
-            if c.source == "docs" and c.title:
-                pages.setdefault(c.title, set()).add(c.path)
+            name = c.title if c.source == "docs" else c.heading if c.source == "config" else ""
+            if name:
+                pages.setdefault(name, set()).add(c.path)
         return {t: frozenset(p) for t, p in pages.items()}
 
     @cached_property

@@ -314,7 +314,8 @@ def test_asking_what_an_api_symbol_does_is_never_refused(engine) -> None:
 
 
 def test_asking_how_to_use_a_documented_feature_is_answered(engine) -> None:
-    """A docs page's title asked about tersely ("How do I enable Domino?", "How does ZenFlow work?"): the
+    """A docs page's title or a config section's name asked about tersely ("How do I enable Domino?", "How does
+    ZenFlow work?", "What is the elasticity config for?"): the
     coverage decision alone refused 16 of 72 and 25 of 72 such probes while the page stood among the
     passages. The page answers it; none of our labelled questions takes the rule."""
     titles = sorted(engine.page_titles)
