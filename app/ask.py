@@ -23,21 +23,15 @@ from app.answer import (
     scored_candidates,
 )
 from app.answer_shapes import ERROR_LINE, missing_sides, question_kind, sides, snippet_line, status_line
-from app.doctor import diagnose_with, raised_line
+from app.coverage_overrides import answered_anyway
 from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
 from app.llm_client import Numbered, citation_problem, messages_for
 from app.query import (
     QUESTION_WORDS_ZH,
-    SEARCH_WORDS,
-    api_names_in,
     asks_only_what_key_is,
-    asks_unknowable,
-    asks_whether_removed,
-    is_keyword_query,
     split_question,
-    titles_in,
 )
 from app.query_adapter import QueryAdapter
 from app.retriever import Hit, SearchResult
@@ -46,7 +40,6 @@ from indexer.documents import Snippet
 from indexer.snippet_status import CHECKED, LABELS, RAN, SHOW_ORDER, verdict
 from indexer.store import LoadedIndex
 from indexer.text_units import Unit
-from indexer.tokenize import term_set
 
 log = logging.getLogger(__name__)
 
@@ -171,29 +164,10 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     decided = result.covered if result.covered is not None else result.relevance >= settings.no_answer_threshold
     asked = keys_named(request.question, engine.config_facts)
     defined = asked if asks_only_what_key_is(request.question, asked) else []  # keys asked for nothing but what they are
-    if not decided and defined:
-        # the catalogue's entry of the key answers it (short questions like this embed far from every
-        # passage: the coverage decision refused 42% of "What does <key> do?" and 57% of
-        # "<key> 是什么意思？" over the catalogue's 183 distinctive keys)
-        decided = True
-    apis = api_names_in(request.question, engine.api_pages) if not decided else []
-    if apis and asks_only_what_key_is(request.question, apis) and any(h.chunk.path == engine.api_pages[p] for h in result.hits for p in apis):
-        decided = True  # "What does TiledLinear do?": its API page, among the passages, answers it
-    titles = titles_in(request.question, engine.page_titles) if not decided else []
-    if titles and asks_only_what_key_is(request.question, titles) and any(h.chunk.path in engine.page_titles[t] for h in result.hits for t in titles):
-        decided = True  # "How do I enable Domino?": the page of that title, among the passages, answers it
-    if not decided and is_keyword_query(request.question) and result.hits and not asks_unknowable(request.question):
-        top = result.hits[0].chunk  # keywords the first passage holds every one of: a search, and it found them
-        wanted = term_set(request.question) - SEARCH_WORDS
-        decided = bool(wanted) and wanted <= term_set(" ".join((top.title, top.heading, top.text)))
-    if not decided and asks_whether_removed(request.question) and status_line(request.question, asked, engine.config_status):
-        decided = True  # "was X removed?": the installed deepspeed's own status of the key answers it (no labelled question has this form)
     raised = ""
-    if not decided and question_kind(request.question, asked) == "error":
-        # a message the installed deepspeed raises word for word: its source line and condition answer it,
-        # whether or not a passage does (21 of 40 such messages were refused; no labelled question is one)
-        raised = raised_line(diagnose_with(index.path, None, request.question, settings.notes_dir))
-        decided = bool(raised)
+    if not decided:
+        rule, raised = answered_anyway(engine, request.question, result, asked, defined)
+        decided = rule is not None
     covered = bool(result.hits) and decided
     passages = [
         Passage(
