@@ -68,7 +68,9 @@ _CHOICES = re.compile(r"\[[^\]]*\]")  # "one of [...]": the valid choices, not w
 
 
 def _squash(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
+    """Letters and digits only, with "one" and "zero" as digits: 'OneBitAdam' is the "1-bit Adam" a question
+    names, 'ZeroOneAdam' its "0/1 Adam"."""
+    return re.sub(r"[^a-z0-9]", "", text.lower()).replace("one", "1").replace("zero", "0")
 
 
 def version_notes(stale: dict[str, Snippet], hits: list[Hit], answer: str, question: str) -> str:

@@ -455,6 +455,8 @@ def test_version_note_only_on_a_cited_page_whose_failing_code_the_question_names
     # two pages failing for the same reason share one note
     note = version_notes(stale, two, "1-bit. [1] More. [2]", "How do I set OneBitAdam's freeze_step?").strip()
     assert note.count("Heads-up") == 1 and note.endswith("[1][2]") and "no longer work with" in note
+    # the optimizer's class name as users write it: 'OneBitAdam' is "1-bit Adam"
+    assert "Heads-up" in version_notes(stale, two, "1-bit. [1]", "How do I use 1-bit Adam and what does freeze_step mean?")
 
 
 def test_chinese_answers_name_the_terms_they_matched() -> None:
