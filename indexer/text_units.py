@@ -64,12 +64,17 @@ class Unit:
     block: int  # paragraph/list/table block it came from: consecutive units of one block read on
 
 
+# a caption: what a figure or table beside it shows ("Upper figure is ...", "Table 2: Training throughput ...")
+_CAPTION = re.compile(r"^(?:the\s+)?(?:upper|lower|top|bottom|left|right|above|below)\s+(?:figure|image|plot|panel|chart|graph|table)\b"
+                      r"|^table\s*\d+\s*[:.]", re.I)
+
+
 def _drop(unit: str) -> bool:
     words = unit.split()
     if len(words) < MIN_WORDS:
         return True
     low = unit.lower()
-    if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:", "figure", "fig.", "image:")):
+    if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:", "figure", "fig.", "image:")) or _CAPTION.match(unit):
         return True
     bare = _CODE_SPAN.sub("", unit)  # quotes inside `code` are a value named, not JSON
     if bare.count('"') >= 4 or ("{" in bare and '":' in bare):  # JSON outside a fence
