@@ -182,10 +182,18 @@ def documented_symbols(docs_root: Path | None) -> dict[str, list[str] | None]:
     return symbols
 
 
+def _own(cls: type, name: str) -> bool:
+    """Whether a class's member is deepspeed's own: defined by a deepspeed class of its MRO, not inherited
+    from torch (`MoE.compile`, `PipelineModule.register_forward_hook`: 170 of 243 "all public methods" were
+    torch.nn.Module's and torch.optim.Optimizer's, with torch's docstrings)."""
+    owner = next((c for c in cls.__mro__ if name in c.__dict__), None)
+    return owner is not None and owner.__module__.startswith("deepspeed")
+
+
 def api_members(symbols: dict[str, list[str] | None] | None = None) -> Iterator[tuple[str, Any, list[tuple[str, Any]]]]:
     """Per symbol of `symbols` (API_SYMBOLS by default) the installed deepspeed has: its path, the object,
     and the members documented with it, (qualified name, object), the symbol first, then a class's listed
-    methods (all public ones for `[]`). A symbol it lacks is logged and left out, and so is one another
+    methods (for `[]`, all public ones deepspeed defines). A symbol it lacks is logged and left out, and so is one another
     symbol already documents (`deepspeed.DeepSpeedEngine.step` is `deepspeed.runtime.engine.DeepSpeedEngine.step`)."""
     seen: set[int] = set()
     for path, methods in (API_SYMBOLS if symbols is None else symbols).items():
@@ -198,7 +206,7 @@ def api_members(symbols: dict[str, list[str] | None] | None = None) -> Iterator[
             continue
         members: list[tuple[str, Any]] = [(path, obj)]
         if inspect.isclass(obj) and methods is not None:
-            names = methods or [n for n, _ in inspect.getmembers(obj, callable) if not n.startswith("_")]
+            names = methods or [n for n, _ in inspect.getmembers(obj, callable) if not n.startswith("_") and _own(obj, n)]
             members += [(f"{path}.{n}", getattr(obj, n)) for n in names if hasattr(obj, n)]
         seen.update(id(member) for _, member in members)
         yield path, obj, members
