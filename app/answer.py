@@ -184,7 +184,7 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
     lead = [best.unit.text]
     for c in same:  # the units after the best one in the same block read on (the "because ..." sentence)
         if c.position > best.position and c.unit.block == best.unit.block and len(lead) < LEAD_UNITS:
-            if any(_overlap(c.unit.text, u, both=True) >= REPEAT_OVERLAP for u in lead):
+            if any(_overlap(c.unit.text, u, both=True) >= REPEAT_OVERLAP for u in lead) or _restates(c.unit.text, lead):
                 continue  # the package's word and the docs' row on one key say the same: once is enough
             if sum(len(u.split()) for u in lead) + len(c.unit.text.split()) > LEAD_WORDS:
                 break
@@ -197,7 +197,7 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
         c = cands[i]
         if len(parts) >= MAX_SEGMENTS or float(scores[i]) < floor:
             break
-        if c.unit.text in used or any(_overlap(c.unit.text, u) >= REPEAT_OVERLAP for u in used):
+        if c.unit.text in used or any(_overlap(c.unit.text, u) >= REPEAT_OVERLAP for u in used) or _restates(c.unit.text, used):
             continue  # says again what is said
         if words + len(c.unit.text.split()) > max_words:
             continue  # a shorter one further down may still fit
@@ -205,6 +205,18 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
         used.add(c.unit.text)
         words += len(c.unit.text.split())
     return " ".join(f"{text} [{n}]" for text, n in parts)
+
+
+_KEY_LEAD = re.compile(r"^`[^`]+`(?: \([^)]*\))?:\s*")
+_DEFAULT_TAIL = re.compile(r"\s*\(default [^)]*\)\.?$")
+
+
+def _restates(unit: str, said: Iterable[str]) -> bool:
+    """A key's row whose description, without its key and default, is word for word in what is said, read
+    as one text (the docs' row after the package's sentences on the same key, which add only its type)."""
+    core = _DEFAULT_TAIL.sub("", _KEY_LEAD.sub("", unit)).rstrip(". ")
+    words = " ".join(re.findall(r"[a-z0-9]+", core.lower()))
+    return len(words.split()) >= 4 and words in " ".join(re.findall(r"[a-z0-9]+", " ".join(said).lower()))
 
 
 def _overlap(a: str, b: str, both: bool = False) -> float:

@@ -385,6 +385,14 @@ def test_the_lead_does_not_read_on_into_the_same_words_again() -> None:
     assert lead.startswith("`fp16.hysteresis` (int, default 2): Delay shift in dynamic loss scaling.")
     assert lead.count("elay shift") == 1  # the docs' row says it again: left out
     assert "It counts the overflows" in lead  # what only the next unit says is still read on
+    # the package's text in two sentences and the docs' row saying both again: the row is left out too
+    text = ("`zero_optimization.stage3_max_live_parameters` (type int; default 1,000,000,000). The maximum number of "
+            "parameters resident per GPU before releasing. Smaller values use less memory, but perform more communication.\n"
+            "Reference: Description; Default\nThe maximum number of parameters resident per GPU before releasing. Smaller "
+            "values use less memory, but perform more communication.; `1e9`")
+    entry = Source(1, "DeepSpeed config: zero_optimization", "zero_optimization", text)
+    lead = segments(extractive_answer("what does stage3_max_live_parameters mean", [entry]))[0]
+    assert lead.count("resident per GPU") == 1 and "Smaller values use less memory" in lead
 
 
 def test_a_lead_about_a_sibling_option_loses_to_one_that_matches() -> None:
