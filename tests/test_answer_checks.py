@@ -372,26 +372,28 @@ def test_composed_answer_leads_with_the_best_unit_and_reads_on() -> None:
     assert extractive_answer("how does stage 3 partition the parameters", [first, second], sims).startswith("Offloading the optimizer")
 
 
+def _lead(question: str, section: str, text: str) -> str:
+    """The first segment of the answer from one config passage."""
+    return segments(extractive_answer(question, [Source(1, f"DeepSpeed config: {section}", section, text)]))[0]
+
+
 def test_the_lead_does_not_read_on_into_the_same_words_again() -> None:
     """A catalogue entry states a key in the package's words and again in the docs' row: the lead once
     quoted both ("`fp16.hysteresis` (int, default 2): Delay shift in dynamic loss scaling. `fp16.hysteresis`:
     hysteresis is a fp16 parameter representing the delay shift in dynamic loss scaling (default `2`)")."""
-    text = ("`fp16.hysteresis` (type int; default 2). Delay shift in dynamic loss scaling.\n"
-            "Reference: Description; Default\n"
-            "Hysteresis is the delay shift in dynamic loss scaling; `2`\n"
-            "It counts the overflows seen before the scale is lowered.")
-    entry = Source(1, "DeepSpeed config: fp16", "fp16", text)
-    lead = segments(extractive_answer("what is the delay shift of dynamic loss scaling fp16 hysteresis", [entry]))[0]
+    lead = _lead("what is the delay shift of dynamic loss scaling fp16 hysteresis", "fp16",
+                 "`fp16.hysteresis` (type int; default 2). Delay shift in dynamic loss scaling.\n"
+                 "Reference: Description; Default\n"
+                 "Hysteresis is the delay shift in dynamic loss scaling; `2`\n"
+                 "It counts the overflows seen before the scale is lowered.")
     assert lead.startswith("`fp16.hysteresis` (int, default 2): Delay shift in dynamic loss scaling.")
     assert lead.count("elay shift") == 1  # the docs' row says it again: left out
     assert "It counts the overflows" in lead  # what only the next unit says is still read on
     # the package's text in two sentences and the docs' row saying both again: the row is left out too
-    text = ("`zero_optimization.stage3_max_live_parameters` (type int; default 1,000,000,000). The maximum number of "
-            "parameters resident per GPU before releasing. Smaller values use less memory, but perform more communication.\n"
-            "Reference: Description; Default\nThe maximum number of parameters resident per GPU before releasing. Smaller "
-            "values use less memory, but perform more communication.; `1e9`")
-    entry = Source(1, "DeepSpeed config: zero_optimization", "zero_optimization", text)
-    lead = segments(extractive_answer("what does stage3_max_live_parameters mean", [entry]))[0]
+    said = "The maximum number of parameters resident per GPU before releasing. Smaller values use less memory, but perform more communication."
+    lead = _lead("what does stage3_max_live_parameters mean", "zero_optimization",
+                 f"`zero_optimization.stage3_max_live_parameters` (type int; default 1,000,000,000). {said}\n"
+                 f"Reference: Description; Default\n{said}; `1e9`")
     assert lead.count("resident per GPU") == 1 and "Smaller values use less memory" in lead
 
 
