@@ -184,25 +184,27 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
     lead = [best.unit.text]
     for c in same:  # the units after the best one in the same block read on (the "because ..." sentence)
         if c.position > best.position and c.unit.block == best.unit.block and len(lead) < LEAD_UNITS:
-            if any(_overlap(c.unit.text, u, both=True) >= REPEAT_OVERLAP for u in lead) or _restates(c.unit.text, lead):
+            if any(_overlap(c.unit.text, u, both=True) >= REPEAT_OVERLAP for u in lead) or _restates(c.unit.text, _said(lead)):
                 continue  # the package's word and the docs' row on one key say the same: once is enough
             if sum(len(u.split()) for u in lead) + len(c.unit.text.split()) > LEAD_WORDS:
                 break
             lead.append(c.unit.text)
     parts = [(" ".join(lead), best.source.n)]
     used = {*lead}
+    said = _said(lead)  # what is said so far, in reading order
     words = sum(len(u.split()) for u in lead)
     floor = support_share * float(scores[order[0]])
     for i in order[1:]:
         c = cands[i]
         if len(parts) >= MAX_SEGMENTS or float(scores[i]) < floor:
             break
-        if c.unit.text in used or any(_overlap(c.unit.text, u) >= REPEAT_OVERLAP for u in used) or _restates(c.unit.text, used):
+        if c.unit.text in used or any(_overlap(c.unit.text, u) >= REPEAT_OVERLAP for u in used) or _restates(c.unit.text, said):
             continue  # says again what is said
         if words + len(c.unit.text.split()) > max_words:
             continue  # a shorter one further down may still fit
         parts.append((c.unit.text, c.source.n))
         used.add(c.unit.text)
+        said = f"{said} {_plain(c.unit.text)}"
         words += len(c.unit.text.split())
     return " ".join(f"{text} [{n}]" for text, n in parts)
 
@@ -211,12 +213,29 @@ _KEY_LEAD = re.compile(r"^`[^`]+`(?: \([^)]*\))?:\s*")
 _DEFAULT_TAIL = re.compile(r"\s*\(default [^)]*\)\.?$")
 
 
-def _restates(unit: str, said: Iterable[str]) -> bool:
-    """A key's row whose description, without its key and default, is word for word in what is said, read
-    as one text (the docs' row after the package's sentences on the same key, which add only its type)."""
-    core = _DEFAULT_TAIL.sub("", _KEY_LEAD.sub("", unit)).rstrip(". ")
-    words = " ".join(re.findall(r"[a-z0-9]+", core.lower()))
-    return len(words.split()) >= 4 and words in " ".join(re.findall(r"[a-z0-9]+", " ".join(said).lower()))
+@lru_cache(maxsize=65536)
+def _plain(text: str) -> str:
+    """Lower-case words and numbers only, one space apart."""
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def _said(units: list[str]) -> str:
+    return " ".join(_plain(u) for u in units)
+
+
+@lru_cache(maxsize=65536)
+def _row_core(unit: str) -> str:
+    """A unit's words without a leading `key` (and its type) and a closing default; "" under four words."""
+    core = _plain(_DEFAULT_TAIL.sub("", _KEY_LEAD.sub("", unit)))
+    return core if len(core.split()) >= 4 else ""
+
+
+def _restates(unit: str, said: str) -> bool:
+    """A key's row whose description, without its key and default, is word for word in what is said (`_said`:
+    the units quoted so far as one text, in reading order), as the docs' row after the package's sentences on
+    the same key, which add only its type."""
+    core = _row_core(unit)
+    return bool(core) and f" {core} " in f" {said} "
 
 
 def _overlap(a: str, b: str, both: bool = False) -> float:
