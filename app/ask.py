@@ -28,11 +28,7 @@ from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
 from app.llm_client import Numbered, citation_problem, messages_for
-from app.query import (
-    QUESTION_WORDS_ZH,
-    asks_only_what_key_is,
-    split_question,
-)
+from app.query import QUESTION_WORDS_ZH, asks_only_what_key_is, split_question
 from app.query_adapter import QueryAdapter
 from app.retriever import Hit, SearchResult
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
@@ -196,9 +192,8 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         sources, similarities = answer_sources(index, result, engine.unit_adapter)
         ask_text = split_question(result.query).ask
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
-        terms = unaccepted + terms
+        terms = unaccepted + terms + raised  # a raised message's line leads, after the Chinese terms
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model, result.seen_units)
-        terms += raised
         draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined)
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)
 

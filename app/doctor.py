@@ -26,6 +26,7 @@ from indexer.error_catalogue import ERRORS_FILE, RaisedError, build_error_catalo
 from indexer.known_causes import KnownCause, read_known_causes
 
 MAX_LOG_CHARS = 200_000  # the tail that is read; errors are at the end of a log
+EXACT = "this exact message"  # how a cause matched word for word begins its explanation (`raised_line` reads past it)
 MAX_MESSAGE_CHARS = 2_000  # of the error message matched against the catalogue
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _RANK = re.compile(r"^\s*\[(?:rank|Rank)\s*\d+\]:?\s?", re.M)
@@ -307,7 +308,7 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
         longer = [e for _, e in nearest(flat, catalogue) if e not in exact[:1]]  # a longer message reworded across versions first
         exact = longer[:1] + exact
     if exact:
-        matched, causes = "exact", [_cause(e, "this exact message") for e in exact[:3]]
+        matched, causes = "exact", [_cause(e, EXACT) for e in exact[:3]]
     elif frame is not None and (where := raised_where(frame, catalogue)):
         matched, causes = "nearest", [_cause(e, "the traceback is cut off where deepspeed calls this") for e in where[:3]]
         # the messages those lines raise stand in for the one the log lost, first raise first
@@ -452,7 +453,7 @@ def raised_line(diagnosis: Diagnosis) -> str:
     if diagnosis.matched != "exact" or not diagnosis.causes or not diagnosis.causes[0].source_url:
         return ""
     cause = diagnosis.causes[0]
-    said = cause.explanation.removeprefix("this exact message: ").rstrip(".")
+    said = cause.explanation.removeprefix(f"{EXACT}: ").rstrip(".")
     fix = cause.fix.rstrip(".")
     return f"{said[0].upper()}{said[1:]}. Fix: {fix} (source: {cause.source_url}).\n"
 

@@ -64,9 +64,9 @@ class Unit:
     block: int  # paragraph/list/table block it came from: consecutive units of one block read on
 
 
-# a caption: what a figure or table beside it shows ("Upper figure is ...", "Table 2: Training throughput ...")
-_CAPTION = re.compile(r"^(?:the\s+)?(?:upper|lower|top|bottom|left|right|above|below)\s+(?:figure|image|plot|panel|chart|graph|table)\b"
-                      r"|^table\s*\d+\s*[:.]", re.I)
+# a caption: what a figure or table beside it shows ("Figure 3: ...", "Upper figure is ...", "Table 2: Training throughput ...")
+_CAPTION = re.compile(r"^(?:figure|fig\.|image:)|^(?:the\s+)?(?:upper|lower|top|bottom|left|right|above|below)\s+"
+                      r"(?:figure|image|plot|panel|chart|graph|table)\b|^table\s*\d+\s*[:.]", re.I)
 
 
 def _drop(unit: str) -> bool:
@@ -74,7 +74,7 @@ def _drop(unit: str) -> bool:
     if len(words) < MIN_WORDS:
         return True
     low = unit.lower()
-    if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:", "figure", "fig.", "image:")) or _CAPTION.match(unit):
+    if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:")) or _CAPTION.match(unit):
         return True
     bare = _CODE_SPAN.sub("", unit)  # quotes inside `code` are a value named, not JSON
     if bare.count('"') >= 4 or ("{" in bare and '":' in bare):  # JSON outside a fence
