@@ -14,7 +14,9 @@ best cosine with a question of the memory, `app/question_memory.py`), and how cl
 answer and how much it leans toward such questions, by its vector and by its ask's words (`app/refusal_memory.py`,
 `app/wording_probe.py`). A logistic model over them, trained on the `tune` split of our
 answerable questions against the tune half of `eval/unanswerable.jsonl`, with its threshold set so
-that about 3% of answerable questions it never saw are refused (`dsqa eval train-abstention`).
+that about 3% of answerable questions it never saw are refused (`dsqa eval train-abstention`); a terse
+question (`app.query.coverage_group`) has a threshold of its own, set the same way on terse tune questions
+(`LinearModel.threshold_for`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The stored feature names must equal the code's, so a model never scores the wron
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,11 @@ class LinearModel:
     trained_on: str = ""
     threshold: float = 0.0  # for a decision: scores at or above it say yes
     encoder: str = ""  # the embedding model whose cosines it was trained on
+    group_thresholds: dict[str, float] = field(default_factory=dict)  # a decision's own threshold for a group of inputs
+
+    def threshold_for(self, group: str) -> float:
+        """The threshold of `group` ("" or one the model has none for: the model's one threshold)."""
+        return self.group_thresholds.get(group, self.threshold)
 
     def score(self, rows: np.ndarray) -> np.ndarray:
         """A missing feature (NaN) counts as its training mean: it moves the score neither way."""
@@ -37,6 +42,7 @@ class LinearModel:
             "threshold": round(self.threshold, 6),
             "trained_on": self.trained_on,
             "encoder": self.encoder,
+            **({"group_thresholds": {g: round(t, 6) for g, t in self.group_thresholds.items()}} if self.group_thresholds else {}),
         }
 
     @classmethod
@@ -53,6 +59,7 @@ class LinearModel:
             trained_on=str(d.get("trained_on", "")),
             threshold=float(d.get("threshold", 0.0)),  # type: ignore[arg-type]
             encoder=str(d.get("encoder", "")),
+            group_thresholds={str(g): float(t) for g, t in dict(d.get("group_thresholds", {})).items()},  # type: ignore[call-overload]
         )
 
     def save(self, path: Path) -> None:

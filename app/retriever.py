@@ -29,6 +29,7 @@ from app.query import (
     asks_first_release,
     asks_plan_or_figure,
     asks_unknowable,
+    coverage_group,
     identifiers,
     keyword_calls,
     settings_named,
@@ -334,7 +335,7 @@ class HybridRetriever:
         if model is not None and chosen:
             top = chosen if k >= COVERAGE_DEPTH else self.select(ids, scores, COVERAGE_DEPTH)
             row = self.coverage_row(q, ids, top)
-            covered = bool(model.score(row[None, :])[0] >= model.threshold)
+            covered = bool(model.score(row[None, :])[0] >= model.threshold_for(coverage_group(question)))
         return SearchResult(hits=hits, query=query, relevance=relevance, covered=covered, query_vector=q.query_vector,
                             unknown_settings=q.unknown_settings, unaccepted_arguments=q.unaccepted_arguments,
                             seen_units=q.seen_units or {})

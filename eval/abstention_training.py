@@ -4,7 +4,8 @@ Positives: the `tune` split of our answerable questions; negatives: the `tune` h
 `eval/unanswerable.jsonl` (split by the same id hash) and the training-only unanswerable questions
 (`eval/training/unanswerable/`, never scored). A balanced logistic regression over the
 coverage signals (`app/coverage.py`); its threshold is the split-conformal quantile of the answerable
-tune questions' scores at CONFORMAL_ALPHA. Written to `app/abstention.json`, with the refusal memory
+tune questions' scores at CONFORMAL_ALPHA, per question group (`app.query.coverage_group`: the terse
+ones, from the terse sets' tune halves, get their own). Written to `app/abstention.json`, with the refusal memory
 (`app/refusal_memory.py`: the unanswerable questions' vectors, the leaning probe over question vectors
 and the wording probe over the ask's character n-grams, `app/wording_probe.py`) beside it; an
 unanswerable training question's resemblance leaves out its own entry, and every training question's
@@ -26,6 +27,7 @@ import numpy as np
 from app.char_tfidf import fit_char_tfidf
 from app.coverage import ABSTENTION_FILE, COVERAGE_FEATURES
 from app.linear_model import LinearModel
+from app.query import TERSE, coverage_group
 from app.refusal_memory import REFUSAL_MEMORY_FILE, RefusalMemory, excess, probe_logit
 from app.retriever import COVERAGE_DEPTH, HybridRetriever
 from app.wording_probe import WordingProbe, wording
@@ -41,13 +43,16 @@ from eval.question_set import hash_fold, split_of
 # (stop 48): 2.1% / 91.8%, 2.2% / 92.5%, 2.4% / 92.8%, 2.7% / 93.9% (2% would now stay under the margin too,
 # for 0.3 points more refused: kept); just before it 1.8% / 85.9%, 2.0% / 87.9%, 2.7% / 88.8%, 3.5% / 91.6%.
 # When 1.75% was chosen: 1.6% / 82.9%, 2.4% / 84.8%, 3.0% / 85.6%, 3.7% / 88.0%; without the training-only
-# ones 1.4% / 79.6%, 1.8% / 82.5%, 2.0% / 82.8%, 3.4% / 86.7%.
+# ones 1.4% / 79.6%, 1.8% / 82.5%, 2.0% / 82.8%, 3.4% / 86.7%. With the terse sets' tune halves (stop 52), long
+# questions at 1.5%, 1.75%, 2%, 2.5%: 1.83% / 92.4%, 1.96% / 92.9%, 2.33% / 93.1%, 2.65% / 93.9%; terse ones
+# 2.15% / 80.8% at each but the last (2.15% / 82.3%): 1.75% kept.
 CONFORMAL_ALPHA = 0.0175
 # the leaning probe: a balanced logistic regression over base question vectors, its training values
 # cross-fitted over PROBE_FOLDS; PROBE_C by the same cross-validation on tune (unanswerable refused at the
 # 1.5% quantile: C 0.03 82.4%, 0.1 82.5%, 0.3 82.7%, 1 83.4%; 81.8% without the leaning)
 PROBE_C = 1.0
 PROBE_FOLDS = 5
+MIN_GROUP = 30  # answerable questions a group needs for a threshold of its own
 # the wording probe's regularisation (`app/wording_probe.py`), by the same cross-validation (refused at the
 # 1.75% quantile / held-out answerable refused): C 0.3 90.9% / 2.17%, 1 90.7% / 2.11%, 3 90.4% / 2.11%;
 # 87.3% / 2.10% without it (n-grams in at least 1, 2, 3 questions: 92.2%, 92.5%, 92.3%, `app/char_tfidf.MIN_DF`)
@@ -128,6 +133,12 @@ class FittedDecision:
     memory: np.ndarray  # the remembered unanswerable questions' base vectors
     probe: np.ndarray
     wording: WordingProbe
+    group_thresholds: dict[str, float]  # a question group's own threshold (`app.query.coverage_group`)
+
+    def refused(self, rows: np.ndarray, vectors: np.ndarray, questions: list[str]) -> np.ndarray:
+        """Whether each new question is refused: its score below its group's threshold."""
+        limits = np.array([self.group_thresholds.get(coverage_group(q), self.threshold) for q in questions])
+        return self.scores(rows, vectors, questions) < limits
 
     def scores(self, rows: np.ndarray, vectors: np.ndarray, questions: list[str]) -> np.ndarray:
         """Scores of new questions (coverage rows, base vectors, texts): their memory columns from this fit's."""
@@ -172,14 +183,25 @@ def fit_decision(pos: np.ndarray, neg: np.ndarray, pos_vectors: np.ndarray, neg_
     scale[scale < 1e-9] = 1.0
     lr = LogisticRegression(C=1.0, class_weight="balanced", max_iter=5000).fit((x - mean) / scale, np.r_[np.ones(len(pos)), np.zeros(len(neg))])
     weights, bias = lr.coef_[0].astype(np.float64), float(lr.intercept_[0])
-    pos_scores = np.sort(((pos - mean) / scale) @ weights + bias)
-    # the split-conformal quantile: with k = floor(alpha (n + 1)), refusing below the k-th smallest score
-    # refuses a new answerable question with probability at most alpha (the plain quantile, floor(alpha n)
-    # + 1, gave 2.9% on tune and more on unseen questions)
-    k = max(int(np.floor(alpha * (len(pos_scores) + 1))), 1)
-    fitted = FittedDecision(mean, scale, weights, bias, float(pos_scores[k - 1]), neg_vectors, fit_probe(vectors, leans_out),
-                            fit_wording(questions, leans_out))
+    pos_scores = ((pos - mean) / scale) @ weights + bias
+    # each group's threshold from its own answerable questions (Mondrian conformal): a terse question scores
+    # lower than a long one that the docs answer as well, so one threshold refused 38.6% of the terse
+    # answerable ones in tune's cross-validation (2.3% of the others)
+    groups = np.array([coverage_group(q) for q in questions[:len(pos)]])
+    thresholds = {str(g): _conformal(pos_scores[groups == g], alpha) for g in set(groups.tolist())
+                  if g == "" or (groups == g).sum() >= MIN_GROUP}
+    threshold = thresholds.pop("", None)
+    fitted = FittedDecision(mean, scale, weights, bias, _conformal(pos_scores, alpha) if threshold is None else threshold, neg_vectors,
+                            fit_probe(vectors, leans_out), fit_wording(questions, leans_out), thresholds)
     return fitted, pos, neg
+
+
+def _conformal(scores: np.ndarray, alpha: float) -> float:
+    """The split-conformal quantile: with k = floor(alpha (n + 1)), refusing below the k-th smallest score
+    refuses a new answerable question with probability at most alpha (the plain quantile, floor(alpha n)
+    + 1, gave 2.9% on tune and more on unseen questions)."""
+    k = max(int(np.floor(alpha * (len(scores) + 1))), 1)
+    return float(np.sort(scores)[k - 1])
 
 
 def cross_validate(pos: np.ndarray, neg: np.ndarray, pos_vectors: np.ndarray, neg_vectors: np.ndarray,
@@ -198,10 +220,22 @@ def cross_validate(pos: np.ndarray, neg: np.ndarray, pos_vectors: np.ndarray, ne
                 p, n = pos_fold != fold, neg_fold != fold
                 fitted, _, _ = fit_decision(pos[p], neg[n], pos_vectors[p], neg_vectors[n], _kept(pos_ids, p) + _kept(neg_ids, n),
                                             _kept(pos_questions, p) + _kept(neg_questions, n), alpha)
-                false.append(float((fitted.scores(pos[~p], pos_vectors[~p], _kept(pos_questions, ~p)) < fitted.threshold).mean()))
-                refused.append(float((fitted.scores(neg[~n], neg_vectors[~n], _kept(neg_questions, ~n)) < fitted.threshold).mean()))
-        out[str(alpha)] = {"false_abstention": round(float(np.mean(false)), 4), "abstention": round(float(np.mean(refused)), 4)}
+                false.append(_by_group(fitted.refused(pos[~p], pos_vectors[~p], _kept(pos_questions, ~p)), _kept(pos_questions, ~p)))
+                refused.append(_by_group(fitted.refused(neg[~n], neg_vectors[~n], _kept(neg_questions, ~n)), _kept(neg_questions, ~n)))
+        out[str(alpha)] = {"false_abstention": _mean_of(false, ""), "abstention": _mean_of(refused, ""),
+                           **({f"{TERSE}_false_abstention": _mean_of(false, TERSE), f"{TERSE}_abstention": _mean_of(refused, TERSE)}
+                              if any(TERSE in f for f in false) else {})}
     return out
+
+
+def _by_group(refused: np.ndarray, questions: list[str]) -> dict[str, float]:
+    """The share refused per question group, over the groups present."""
+    groups = np.array([coverage_group(q) for q in questions])
+    return {str(g): float(refused[groups == g].mean()) for g in set(groups.tolist())}
+
+
+def _mean_of(shares: list[dict[str, float]], group: str) -> float:
+    return round(float(np.mean([s[group] for s in shares if group in s])), 4)
 
 
 def _kept(items: list[str], mask: np.ndarray) -> list[str]:
@@ -210,12 +244,15 @@ def _kept(items: list[str], mask: np.ndarray) -> list[str]:
 
 def train_abstention(retriever: HybridRetriever, answerable: list[Question], unanswerable: list[Unanswerable],
                      out: Path = ABSTENTION_FILE, training_only: list[Unanswerable] | None = None, *,
-                     with_cv: bool = True) -> dict[str, Any]:
+                     with_cv: bool = True, terse: list[Question] | None = None) -> dict[str, Any]:
     """Writes the decision to `out` and the refusal memory beside it (REFUSAL_MEMORY_FILE's name).
-    `training_only`: further unanswerable questions no set scores, learned from like tune's. `with_cv`:
+    `training_only`: further unanswerable questions no set scores, learned from like tune's. `terse`: the
+    tune split of the terse answerable questions (`eval/terse/`; searched as they come, since no query
+    adapter or question memory learned them; their unanswerable ones come in `unanswerable`). `with_cv`:
     also report the cross-validated shares refused (`cross_validate`, about half a minute)."""
 
-    if any(split_of(q.id) != "tune" for q in answerable) or any(split_of(u.id) != "tune" for u in unanswerable):
+    terse = list(terse or [])
+    if any(split_of(q.id) != "tune" for q in answerable + terse) or any(split_of(u.id) != "tune" for u in unanswerable):
         raise ValueError("the coverage decision is trained on tune questions only")
     tune_unanswerable = len(unanswerable)
     unanswerable = unanswerable + list(training_only or [])
@@ -232,7 +269,8 @@ def train_abstention(retriever: HybridRetriever, answerable: list[Question], una
         from eval.memory_training import held_out
 
         by_id = held_out(retriever, answerable)
-    own = [by_id[q.id] for q in answerable]
+    own = [by_id[q.id] for q in answerable] + [retriever] * len(terse)
+    answerable = answerable + terse
     pos = coverage_rows(retriever, [q.question for q in answerable], own)
     neg = coverage_rows(retriever, [u.question for u in unanswerable])
     pos_vectors = base_vectors(retriever, [q.question for q in answerable])
@@ -242,25 +280,39 @@ def train_abstention(retriever: HybridRetriever, answerable: list[Question], una
     fitted, pos, neg = fit_decision(pos, neg, pos_vectors, neg_vectors, pos_ids + neg_ids, pos_questions + neg_questions)
     model = LinearModel(COVERAGE_FEATURES, fitted.mean, fitted.scale, fitted.weights, fitted.bias,
                         f"tune split: {len(pos)} answerable, {len(neg)} unanswerable", encoder=retriever.embedder.name,
-                        threshold=fitted.threshold)
+                        threshold=fitted.threshold, group_thresholds=fitted.group_thresholds)
     model.save(out)
     refusals = RefusalMemory(neg_vectors, retriever.embedder.name,
                              f"tune split, {tune_unanswerable} unanswerable questions, {len(unanswerable) - tune_unanswerable} training-only",
                              probe=fitted.probe, wording=fitted.wording)
     memory_out = refusals.save(Path(out).with_name(REFUSAL_MEMORY_FILE.name))
-    pos_scores, neg_scores = model.score(pos), model.score(neg)
-    threshold = fitted.threshold
+    pos_refused = fitted.refused(pos, pos_vectors, pos_questions)
+    neg_refused = fitted.refused(neg[:tune_unanswerable], neg_vectors[:tune_unanswerable], neg_questions[:tune_unanswerable])
     cv = cross_validate(pos, neg, pos_vectors, neg_vectors, pos_ids, neg_ids, pos_questions, neg_questions,
                         tune_unanswerable) if with_cv else None
     return {
         "answerable": len(pos),
         "unanswerable": tune_unanswerable,
         "unanswerable_training_only": len(neg) - tune_unanswerable,
-        "threshold": round(threshold, 4),
-        "tune_false_abstention": round(float((pos_scores < threshold).mean()), 4),
-        "tune_abstention": round(float((neg_scores[:tune_unanswerable] < threshold).mean()), 4),
+        "threshold": round(fitted.threshold, 4),
+        "group_thresholds": {g: round(t, 4) for g, t in fitted.group_thresholds.items()},
+        "tune_false_abstention": _by_group(pos_refused, pos_questions),
+        "tune_abstention": _by_group(neg_refused, neg_questions[:tune_unanswerable]),
         "cv": cv,
         "weights": dict(zip(COVERAGE_FEATURES, model.weights.round(3).tolist(), strict=True)),
         "out": str(out),
         "refusal_memory": str(memory_out),
     }
+
+
+def train_on_tune(retriever: HybridRetriever, out: Path = ABSTENTION_FILE, *, with_cv: bool = True) -> dict[str, Any]:
+    """`train_abstention` on what it learns from: the tune split of the answerable questions, of
+    `eval/unanswerable.jsonl` and of the terse sets (`eval/terse/`), and the training-only unanswerable ones."""
+    from eval.answer_quality import TERSE_UNANSWERABLE, load_training_unanswerable, load_unanswerable
+    from eval.metrics import load_questions
+    from eval.question_set import TERSE_QUESTIONS, load_split
+
+    unanswerable = [u for u in load_unanswerable() + load_unanswerable(TERSE_UNANSWERABLE) if split_of(u.id) == "tune"]
+    terse = [q for q in load_questions(TERSE_QUESTIONS) if split_of(q.id) == "tune"]
+    return train_abstention(retriever, load_split("tune"), unanswerable, out, training_only=load_training_unanswerable(),
+                            with_cv=with_cv, terse=terse)

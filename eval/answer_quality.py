@@ -20,6 +20,8 @@ from eval.metrics import Question, normalise
 UNANSWERABLE = Path(__file__).resolve().parent / "unanswerable.jsonl"
 # questions nothing indexed answers, never trained or tuned on (beside eval/question_set.OUTSIDE_QUESTIONS)
 UNANSWERABLE_OUTSIDE = Path(__file__).resolve().parent / "heldout" / "unanswerable_outside.jsonl"
+# terse questions the docs do not answer ("H100 多少钱", "jax backend?"), split by id like the others
+TERSE_UNANSWERABLE = Path(__file__).resolve().parent / "terse" / "unanswerable.jsonl"
 # training-only questions nothing indexed answers (written apart from the two sets above, on other subjects):
 # the coverage decision learns from them beside tune's; never split, never scored
 TRAINING_UNANSWERABLE = Path(__file__).resolve().parent / "training" / "unanswerable"
@@ -67,7 +69,7 @@ def load_unanswerable(path: Path = UNANSWERABLE) -> list[Unanswerable]:
 def load_training_unanswerable(directory: Path = TRAINING_UNANSWERABLE) -> list[Unanswerable]:
     """The training-only unanswerable questions of every JSONL file in `directory` (none without it);
     their ids must be unique and must not be ids of the scored sets."""
-    scored = {u.id for path in (UNANSWERABLE, UNANSWERABLE_OUTSIDE) if path.is_file() for u in load_unanswerable(path)}
+    scored = {u.id for path in (UNANSWERABLE, UNANSWERABLE_OUTSIDE, TERSE_UNANSWERABLE) if path.is_file() for u in load_unanswerable(path)}
     out: list[Unanswerable] = []
     for file in sorted(directory.glob("*.jsonl")) if directory.is_dir() else []:
         for u in load_unanswerable(file):

@@ -100,14 +100,9 @@ def cmd_train_memory(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_train_abstention(args: argparse.Namespace, settings: Settings) -> int:
     from app.coverage import ABSTENTION_FILE
-    from eval.abstention_training import train_abstention
-    from eval.answer_quality import load_training_unanswerable, load_unanswerable
-    from eval.question_set import load_split, split_of
+    from eval.abstention_training import train_on_tune
 
-    retriever = _training_retriever(args, settings, "learned_abstention")
-    unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "tune"]
-    print_json(train_abstention(retriever, load_split("tune"), unanswerable, args.out or ABSTENTION_FILE,
-                                training_only=load_training_unanswerable()))
+    print_json(train_on_tune(_training_retriever(args, settings, "learned_abstention"), args.out or ABSTENTION_FILE))
     return 0
 
 

@@ -38,6 +38,9 @@ OUTSIDE_QUESTIONS = Path(__file__).resolve().parent / "heldout" / "outside.jsonl
 # of the split set's have two): written as training-only questions, measured not to help as training, kept
 # to report only; its phrases are stored as keys, like the training-only questions' (`load_keyed_questions`)
 OUTSIDE_B_QUESTIONS = Path(__file__).resolve().parent / "heldout" / "outside_b.jsonl"
+# terse answerable questions ("bf16 or fp16?", "zero3 怎么导出权重？"; `app.query.coverage_group`), split
+# by id like the others; apart from QUESTIONS_DIR, so they change none of the long questions' splits
+TERSE_QUESTIONS = Path(__file__).resolve().parent / "terse" / "answerable.jsonl"
 Split = Literal["tune", "test"]
 SPLITS: tuple[Split, ...] = ("tune", "test")
 

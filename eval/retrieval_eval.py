@@ -13,7 +13,14 @@ from app.peer_retrievers import Bm25Retriever, DenseRetriever, RrfRetriever
 from app.retriever import HybridRetriever, Retriever
 from app.settings import Settings
 from eval.metrics import Question, evaluate, load_questions
-from eval.question_set import QUESTIONS_DIR, SPLITS, load_question_file, load_question_set, split_of
+from eval.question_set import (
+    QUESTIONS_DIR,
+    SPLITS,
+    TERSE_QUESTIONS,
+    load_question_file,
+    load_question_set,
+    split_of,
+)
 from indexer.documents import Chunk
 from indexer.store import LoadedIndex
 
@@ -30,9 +37,10 @@ def search_fn(retriever: Retriever, index: LoadedIndex, k: int = 10) -> Callable
 
 
 def question_sets(questions_dir: Path = QUESTIONS_DIR, dev: Path | None = None, extra: Sequence[Path] = (),
-                  chunks: Iterable[Chunk] = ()) -> dict[str, list[Question]]:
-    """tune and test (our set, split by id hash), dev when given, and any further files, each a set named by
-    its stem (a keyed file's phrases found in `chunks`, the index's passages)."""
+                  chunks: Iterable[Chunk] = (), terse: Path | None = None) -> dict[str, list[Question]]:
+    """tune and test (our set, split by id hash), dev when given, any further files, each a set named by
+    its stem (a keyed file's phrases found in `chunks`, the index's passages), and `terse`'s test split
+    (TERSE_QUESTIONS; its tune split trains only the coverage decision)."""
     ours = load_question_set(questions_dir) if questions_dir.is_dir() else []
     sets: dict[str, list[Question]] = {s: [q for q in ours if split_of(q.id) == s] for s in SPLITS}
     if dev is not None and dev.is_file():
@@ -40,6 +48,8 @@ def question_sets(questions_dir: Path = QUESTIONS_DIR, dev: Path | None = None, 
     chunks = list(chunks)
     for path in extra:
         sets[path.stem] = load_question_file(path, chunks)
+    if terse is not None and terse.is_file():
+        sets["terse"] = [q for q in load_questions(terse) if split_of(q.id) == "test"]
     return {name: qs for name, qs in sets.items() if qs}
 
 
@@ -102,7 +112,7 @@ def run_retrieval_eval(settings: Settings, *, dev: Path | None = None, extra: Se
     engine = load_engine(settings)
     if engine.index is None or engine.retriever is None:
         raise IndexNotReady(f"no usable index at {settings.index_dir}: build it with `dsqa index`")
-    sets = question_sets(questions_dir, dev, extra, engine.index.chunks)
+    sets = question_sets(questions_dir, dev, extra, engine.index.chunks, TERSE_QUESTIONS)
     retrievers = peers(engine) if baseline else {"shipped": engine.retriever}
     return score_sets(retrievers, engine.index, sets)
 
@@ -120,4 +130,6 @@ def format_table(results: dict[str, Any]) -> str:
     if any("tune-in" in by_set for by_set in results.values()):
         lines.append("tune: each question through a query adapter fitted without its fold and a question memory without it and its thread; "
                      "tune-in: the shipped adapter and memory, built from all of tune (in-sample)")
+    if any("terse" in by_set for by_set in results.values()):
+        lines.append("terse: the test split of eval/terse/answerable.jsonl (questions of at most 7 words or 20 Chinese characters)")
     return "\n".join(lines)

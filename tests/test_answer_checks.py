@@ -126,6 +126,38 @@ def test_the_coverage_decision_fit_and_its_cross_validation() -> None:
     assert report["0.05"]["abstention"] >= 0.95 and report["0.05"]["false_abstention"] <= 0.1
 
 
+def test_a_question_group_gets_its_own_threshold(tmp_path: Path) -> None:
+    """Terse answerable questions that score lower than the long ones get a threshold from their own scores
+    (Mondrian conformal), so they are not refused wholesale; the long ones keep theirs; the model stores it."""
+    from app.linear_model import LinearModel, load_linear_model
+    from app.query import TERSE
+    from eval.abstention_training import MIN_GROUP, fit_decision
+
+    rng = np.random.default_rng(1)
+    width = len(COVERAGE_FEATURES)
+    n_long, n_terse, n_neg = 100, MIN_GROUP + 10, 100
+    pos = rng.normal(0.0, 1.0, (n_long + n_terse, width))
+    pos[:n_long, 0] += 3.0
+    pos[n_long:, 0] += 0.5  # terse: answerable, but lower on the signal
+    neg = rng.normal(0.0, 1.0, (n_neg, width))
+    neg[:, 0] -= 3.0
+    vectors = rng.normal(0.0, 1.0, (n_long + n_terse + n_neg, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    texts = ([f"How do I set up stage {i} offload for my model on eight GPUs?" for i in range(n_long)]
+             + [f"offload {i}?" for i in range(n_terse)] + [f"When will release {i} come out, and what do you expect?" for i in range(n_neg)])
+    ids = [f"q{i}" for i in range(len(texts))]
+    fitted, _, _ = fit_decision(pos, neg, vectors[:n_long + n_terse], vectors[n_long + n_terse:], ids, texts, alpha=0.05)
+    assert set(fitted.group_thresholds) == {TERSE} and fitted.group_thresholds[TERSE] < fitted.threshold
+    terse_pos = fitted.refused(pos[n_long:], vectors[n_long:n_long + n_terse], texts[n_long:n_long + n_terse])
+    assert terse_pos.mean() <= 0.1
+    model = LinearModel(COVERAGE_FEATURES, fitted.mean, fitted.scale, fitted.weights, fitted.bias,
+                        threshold=fitted.threshold, group_thresholds=fitted.group_thresholds)
+    model.save(tmp_path / "m.json")
+    back = load_linear_model(tmp_path / "m.json", COVERAGE_FEATURES)
+    assert back is not None and back.threshold_for(TERSE) == pytest.approx(fitted.group_thresholds[TERSE], abs=1e-5)
+    assert back.threshold_for("") == back.threshold_for("another group") == pytest.approx(fitted.threshold, abs=1e-5)
+
+
 def test_refusal_memory_resemblance_and_round_trip(tmp_path: Path) -> None:
     """Only a cosine over the floor counts; the leaning is the probe's logit; the memory is stored (vectors
     as float16) and read back; a damaged file or a probe that does not fit the vectors is an error that

@@ -16,16 +16,17 @@ from app.answer_shapes import ERROR_LINE
 from app.ask import ask, prepare
 from app.coverage import load_abstention
 from app.engine import load_engine
-from app.query import api_names_in, asks_only_what_key_is, titles_in
+from app.query import TERSE, api_names_in, asks_only_what_key_is, coverage_group, titles_in
 from app.query_adapter import UNIT_ADAPTER_FILE, load_query_adapter
 from app.ranking import load_ranker
 from app.refusal_memory import REFUSAL_MEMORY_FILE, load_refusal_memory
 from app.retriever import HybridRetriever
 from app.schemas import AskRequest
 from app.settings import Settings
-from eval.abstention_training import coverage_rows, train_abstention
+from eval.abstention_training import coverage_rows, train_on_tune
 from eval.adapter_training import train_adapter
 from eval.answer_quality import (
+    TERSE_UNANSWERABLE,
     UNANSWERABLE_OUTSIDE,
     answer_report,
     load_training_unanswerable,
@@ -38,6 +39,7 @@ from eval.question_set import (
     OUTSIDE_B_QUESTIONS,
     OUTSIDE_QUESTIONS,
     QUESTIONS_DIR,
+    TERSE_QUESTIONS,
     load_question_set,
     load_split,
     split_of,
@@ -58,7 +60,7 @@ def engine(real_index: Path):  # noqa: ANN201
 @pytest.fixture(scope="module")
 def scores(engine, dev_questions: Path) -> dict[str, dict]:
     results = score_sets(peers(engine), engine.index, question_sets(QUESTIONS_DIR, dev_questions, [OUTSIDE_QUESTIONS, OUTSIDE_B_QUESTIONS],
-                                                                          engine.index.chunks))
+                                                                          engine.index.chunks, TERSE_QUESTIONS))
     print("\n" + format_table(results))
     return results
 
@@ -227,7 +229,11 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Measured at stop 50 after two index fixes (a table row keyed by the key line above it, not the block's last;
+    """Measured at stop 52, with the coverage decision also learning the terse sets' tune halves and holding
+    terse questions to a threshold of their own (tune's cross-validation on the long questions: 91.9% refused
+    at 2.31% false -> 92.9% at 1.96%): test evidence 71.5% (zh 63.0%), refused 88.8% of 294 at 2.45% (8) of the
+    answerable (stop 51: 72.7%, 88.1% at 0.9%, 3), 0 cut of 1525, median 117 words; outside 67.5% evidence,
+    91.25% refused at 3.75% (3). Measured at stop 50 after two index fixes (a table row keyed by the key line above it, not the block's last;
     the catalogue's docs reference of an entry no longer runs into the `***name***` entry after it) and every
     learned part retrained (tune's cross-validated evidence 0.770 -> 0.749, C now the most regularised within
     a point of the best): test evidence 71.2% (zh 63.0%), refused 88.4% of 294 at 0.9% (3) of the answerable,
@@ -277,6 +283,21 @@ def test_answers_on_held_out_questions(engine) -> None:
     assert outside["answerable"] == 80 and outside["unanswerable"] == 80
     assert outside["evidence_in_answer"] >= 0.63 and outside["cut_segments"] == 0
     assert outside["abstention"] >= 0.9 and outside["false_abstention"] <= 0.05
+
+
+def test_terse_questions_on_held_out(engine) -> None:
+    """Terse questions (`app.query.coverage_group`: at most 7 words or 20 Chinese characters, as typed into
+    a chat: "bf16 or fp16?", "zero3 怎么导出权重？"), which no other labelled set holds. Before the coverage
+    decision learned them (their tune split, with a threshold of their own), it refused 31 of the 76 answerable
+    ones of the test split (40.8%) and 71 of the 75 unanswerable ones (94.7%). Measured at stop 52 with the
+    decision trained on them: see the floors below and the closing note."""
+    answerable = [q for q in load_questions(TERSE_QUESTIONS) if split_of(q.id) == "test"]
+    unanswerable = [u for u in load_unanswerable(TERSE_UNANSWERABLE) if split_of(u.id) == "test"]
+    report = answer_report(engine, answerable, unanswerable)
+    print(report)
+    assert report["answerable"] == 76 and report["unanswerable"] == 75
+    assert report["cut_segments"] == 0 and report["median_answer_words"] <= 120
+    assert report["false_abstention"] <= 0.08 and report["abstention"] >= 0.7
 
 
 def test_asking_what_a_key_does_is_never_refused(engine) -> None:
@@ -432,13 +453,13 @@ def test_shipped_answer_unit_scorer_is_the_one_tune_gives(engine, tmp_path: Path
 
 
 def test_shipped_coverage_decision_is_the_one_tune_gives(engine, tmp_path: Path) -> None:
-    tune_unanswerable = [u for u in load_unanswerable() if split_of(u.id) == "tune"]
+    tune_unanswerable = [u for u in load_unanswerable() + load_unanswerable(TERSE_UNANSWERABLE) if split_of(u.id) == "tune"]
     training_only = load_training_unanswerable()
-    report = train_abstention(engine.retriever, load_split("tune"), tune_unanswerable, tmp_path / "a.json",
-                              training_only=training_only, with_cv=False)
+    report = train_on_tune(engine.retriever, tmp_path / "a.json", with_cv=False)
     fresh, shipped = load_abstention(tmp_path / "a.json"), load_abstention()
     assert fresh is not None and shipped is not None
-    assert report["tune_false_abstention"] <= 0.03
+    assert max(report["tune_false_abstention"].values()) <= 0.03
+    assert set(fresh.group_thresholds) == set(shipped.group_thresholds) == {TERSE}
     # the refusal memory beside it: the tune and training-only unanswerable questions' vectors, the engine's the same
     fresh_memory, shipped_memory = load_refusal_memory(tmp_path / REFUSAL_MEMORY_FILE.name), load_refusal_memory()
     assert fresh_memory is not None and shipped_memory is not None
@@ -452,10 +473,13 @@ def test_shipped_coverage_decision_is_the_one_tune_gives(engine, tmp_path: Path)
     # the same decision, not the same weights: BM25's two strengths and the top passage's cover move
     # together, and an index built again (the chunk vectors differ in the last float bits) shifted
     # their weights by up to 0.1 while the two models' decisions agreed on 99.8% of the test questions
-    questions = [q.question for q in load_split("test")] + [u.question for u in load_unanswerable() if split_of(u.id) == "test"]
+    questions = [q.question for q in load_split("test") + load_questions(TERSE_QUESTIONS) if split_of(q.id) == "test"] + \
+        [u.question for u in load_unanswerable() + load_unanswerable(TERSE_UNANSWERABLE) if split_of(u.id) == "test"]
     rows = coverage_rows(engine.retriever, questions)
     fresh_scores, shipped_scores = fresh.score(rows), shipped.score(rows)
-    agree = np.mean((fresh_scores >= fresh.threshold) == (shipped_scores >= shipped.threshold))
+    groups = [coverage_group(q) for q in questions]
+    fresh_yes = fresh_scores >= np.array([fresh.threshold_for(g) for g in groups])
+    agree = np.mean(fresh_yes == (shipped_scores >= np.array([shipped.threshold_for(g) for g in groups])))
     assert agree >= 0.98 and np.corrcoef(fresh_scores, shipped_scores)[0, 1] >= 0.995, agree
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from app.query import (
+    TERSE,
     asks_first_release,
     asks_only_what_key_is,
     asks_plan_or_figure,
+    coverage_group,
     is_keyword_query,
     titles_in,
 )
@@ -189,3 +191,13 @@ def test_asks_whether_removed(question: str, asks: bool) -> None:
     from app.query import asks_whether_removed
 
     assert asks_whether_removed(question) is asks
+
+
+@pytest.mark.parametrize(("question", "terse"), [
+    ("bf16 or fp16?", True), ("how to resume from a zero3 checkpoint?", True),
+    ("how do I resume training from a zero3 checkpoint?", False), ("zero3 怎么导出权重？", True),
+    ("8 张 3090 做 zero3 offload 的时候为什么 CPU 内存会爆掉？", False), ("  ds_report  ", True),
+])
+def test_coverage_group(question: str, terse: bool) -> None:
+    """At most 7 words, or 20 characters when the question holds Chinese: the terse group."""
+    assert (coverage_group(question) == TERSE) is terse

@@ -15,6 +15,7 @@ from eval.question_set import (
     OUTSIDE_B_QUESTIONS,
     OUTSIDE_QUESTIONS,
     QUESTIONS_DIR,
+    TERSE_QUESTIONS,
     TRAINING_DIR,
     load_question_file,
     load_question_set,
@@ -64,6 +65,27 @@ def test_split_is_by_id_hash_and_balanced() -> None:
         assert Counter(q.lang for q in part)["zh"] >= 20
 
 
+def test_the_terse_sets() -> None:
+    """Every question terse by the coverage decision's own rule; ids unique across every set; each split
+    holds enough answerable ones for a threshold of their own, in both languages."""
+    from app.query import TERSE, coverage_group
+    from eval.abstention_training import MIN_GROUP
+    from eval.answer_quality import TERSE_UNANSWERABLE, UNANSWERABLE, load_unanswerable
+
+    answerable = [json.loads(line) for line in TERSE_QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    unanswerable = load_unanswerable(TERSE_UNANSWERABLE)
+    assert len(answerable) >= 150 and len(unanswerable) >= 120
+    assert all(coverage_group(q) == TERSE for q in [r["question"] for r in answerable] + [u.question for u in unanswerable])
+    ids = [r["id"] for r in answerable] + [u.id for u in unanswerable]
+    others = {q.id for q in load_question_set()} | {u.id for u in load_unanswerable(UNANSWERABLE)}
+    assert len(set(ids)) == len(ids) and others.isdisjoint(ids)
+    for split in ("tune", "test"):
+        part = [r for r in answerable if split_of(r["id"]) == split]
+        assert len(part) >= MIN_GROUP and sum(r["lang"] == "zh" for r in part) >= 20
+        assert sum(split_of(u.id) == split for u in unanswerable) >= 50
+    assert not [q for q in load_question_set() if coverage_group(q.question) == TERSE]  # the long sets hold none
+
+
 def test_duplicate_ids_across_files_are_refused(tmp_path: Path) -> None:
     line = '{"id": "x-1", "question": "q?", "lang": "en", "topic": "t", "gold": [], "must_mention": []}\n'
     (tmp_path / "a.jsonl").write_text(line)
@@ -79,7 +101,8 @@ def test_every_gold_phrase_is_verbatim_in_its_file_and_in_a_passage(real_docs: P
     passages = [normalise(c.text) for c in chunks]
     files: dict[str, str] = {}
     problems = []
-    outside = [json.loads(line) for line in OUTSIDE_QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    outside = [json.loads(line) for path in (OUTSIDE_QUESTIONS, TERSE_QUESTIONS)
+               for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     for r in _rows() + outside:
         for g in r["gold"]:
             path = real_docs / g["path"]
