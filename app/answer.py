@@ -172,14 +172,15 @@ def warm_units(texts: Iterable[str]) -> None:
 
 
 def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = None,
-            support_share: float = SUPPORT_SHARE) -> str:
+            support_share: float = SUPPORT_SHARE, lead_from: int | None = None) -> str:
     """A lead of one to three consecutive units from the best passage, then the next best units (of any
-    of the passages) while the words last; each segment cited, no unit twice, nothing said twice."""
+    of the passages) while the words last; each segment cited, no unit twice, nothing said twice.
+    `lead_from`: the source the lead must come from, when it has units (a page the question names)."""
     if not cands:
         return ""
     max_words = ANSWER_WORDS if max_words is None else max_words
     order = [int(i) for i in np.argsort(-scores, kind="stable")]
-    best = cands[order[0]]
+    best = next((cands[i] for i in order if cands[i].source.n == lead_from), cands[order[0]])
     same = [c for c in cands if c.source.n == best.source.n]
     lead = [best.unit.text]
     for c in same:  # the units after the best one in the same block read on (the "because ..." sentence)
@@ -257,13 +258,14 @@ def scored_candidates(ask: str, sources: list[Source], similarities: np.ndarray 
     return cands, unit_scores(ask, cands, similarities, semantic_weight=SEMANTIC_WEIGHT)
 
 
-def answer_text(sources: list[Source], cands: list[Candidate], scores: np.ndarray, max_words: int | None = None) -> str:
+def answer_text(sources: list[Source], cands: list[Candidate], scores: np.ndarray, max_words: int | None = None,
+                lead_from: int | None = None) -> str:
     """The composed answer from scored candidates (a caller trying several budgets scores once)."""
     if not sources:
         return NOT_COVERED
     if not cands:
         return f"See [{sources[0].n}]: {sources[0].title}."
-    return compose(cands, scores, max_words)
+    return compose(cands, scores, max_words, lead_from=lead_from)
 
 
 def extractive_answer(ask: str, sources: list[Source], similarities: np.ndarray | None = None,

@@ -23,7 +23,7 @@ from app.answer import (
     scored_candidates,
 )
 from app.answer_shapes import ERROR_LINE, missing_sides, question_kind, sides, snippet_line, status_line
-from app.coverage_overrides import answered_anyway
+from app.coverage_overrides import answered_anyway, named_page_first, raised_message_line
 from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
@@ -157,13 +157,15 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     settings = engine.settings
     index.refresh_verification()  # runs land while the service serves (background verify)
     t0 = time.perf_counter()
-    result = retriever.search(request.question, request.k, topic=request.topic, source=request.source)
+    searched = retriever.search(request.question, request.k, topic=request.topic, source=request.source)
+    result, named_first = named_page_first(engine, request.question, searched)
     t1 = time.perf_counter()
     decided = result.covered if result.covered is not None else result.relevance >= settings.no_answer_threshold
     asked = keys_named(request.question, engine.config_facts)
     defined = asked if asks_only_what_key_is(request.question, asked) else []  # keys asked for nothing but what they are
-    raised = ""
-    if not decided:
+    if decided:  # a pasted message the installed deepspeed raises word for word: its raising line leads, covered or not
+        raised = raised_message_line(engine, request.question, asked, pasted_only=True)
+    else:
         rule, raised = answered_anyway(engine, request.question, result, asked, defined)
         decided = rule is not None
     covered = bool(result.hits) and decided
@@ -194,15 +196,16 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
         terms = unaccepted + terms + raised  # a raised message's line leads, after the Chinese terms
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model, result.seen_units)
-        draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined)
+        draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined,
+                                      1 if named_first else None)
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)
 
 
 def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sources: list[Source], cands: list[Candidate],
-                  scores: np.ndarray, snippets: list[SnippetOut], budget: int, defined: list[str]) -> str:
+                  scores: np.ndarray, snippets: list[SnippetOut], budget: int, defined: list[str], lead_from: int | None = None) -> str:
     """The composed units in the shape of the question's kind (`app/answer_shapes.py`), with the Config
     line of the keys involved; everything within `budget` words. `defined`: the keys of a question that
-    asks only what they are (their catalogue description leads)."""
+    asks only what they are (their catalogue description leads); `lead_from`: the source the lead comes from."""
     facts = engine.config_facts
     named = keys_named(result.query, facts)
     kind = question_kind(request.question, named)
@@ -210,21 +213,21 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
     tail = snippet_line(snippets, first) if kind == "howto" else ERROR_LINE if kind == "error" else ""
     head = ""
     if kind == "version":  # the installed deepspeed's word first, unless the quoted units say it already
-        said = answer_text(sources, cands, scores, budget - len(tail.split()))
+        said = answer_text(sources, cands, scores, budget - len(tail.split()), lead_from)
         head = status_line(result.query, named, engine.config_status, said)
     elif defined:
         head = key_line(defined, engine.config_docs)  # what the key does, in the catalogue's words, first
     room = budget - len(head.split()) - len(tail.split())
-    body = answer_text(sources, cands, scores, room)
+    body = answer_text(sources, cands, scores, room, lead_from)
     if head and kind != "version" and " ".join(head.split(": ", 1)[-1].split()).rstrip(".") in " ".join(body.split()):
         head = ""  # the quoted units say it already
     extra = missing_sides(body, cands, scores, sides(result.query)) if kind == "compare" else []
     if extra:  # the other side of a comparison joins: the units before it make room
-        body = answer_text(sources, cands, scores, room - sum(len(c.unit.text.split()) for c in extra))
+        body = answer_text(sources, cands, scores, room - sum(len(c.unit.text.split()) for c in extra), lead_from)
         body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
     keys = config_line(result.query, body, facts)
     if keys:  # the whole answer keeps to the budget: the quoted units make room for the Config line
-        body = answer_text(sources, cands, scores, room - len(keys.split()) - sum(len(c.unit.text.split()) for c in extra))
+        body = answer_text(sources, cands, scores, room - len(keys.split()) - sum(len(c.unit.text.split()) for c in extra), lead_from)
         body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
         keys = config_line(result.query, body, facts)
     parts = [keys, head, body] if kind == "config" and keys else [head, body, keys]

@@ -17,8 +17,10 @@ an entry of the index rather than by passages that happen to be close.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.answer_shapes import question_kind, status_line
-from app.doctor import diagnose_with, raised_line
+from app.doctor import diagnose_with, error_message, raised_line
 from app.engine import Engine
 from app.query import (
     SEARCH_WORDS,
@@ -40,11 +42,9 @@ def answered_anyway(engine: Engine, question: str, result: SearchResult, asked: 
     if defined:
         return "config key", ""
     paths = {h.chunk.path for h in result.hits}
-    apis = api_names_in(question, engine.api_pages)
-    if apis and asks_only_what_key_is(question, apis) and any(engine.api_pages[p] in paths for p in apis):
+    if api_pages_asked(engine, question) & paths:
         return "API symbol", ""
-    titles = titles_in(question, engine.page_titles)
-    if titles and asks_only_what_key_is(question, titles) and any(engine.page_titles[t] & paths for t in titles):
+    if titled_pages_asked(engine, question) & paths:
         return "page title", ""
     if is_keyword_query(question) and result.hits and not asks_unknowable(question):
         top = result.hits[0].chunk  # keywords the first passage holds every one of: a search, and it found them
@@ -53,9 +53,48 @@ def answered_anyway(engine: Engine, question: str, result: SearchResult, asked: 
             return "keyword search", ""
     if asks_whether_removed(question) and status_line(question, asked, engine.config_status):
         return "removed key", ""
-    if question_kind(question, asked) == "error":
-        index, _ = engine.require()
-        raised = raised_line(diagnose_with(index.path, None, question, engine.settings.notes_dir))
-        if raised:
-            return "raised message", raised
+    raised = raised_message_line(engine, question, asked)
+    if raised:
+        return "raised message", raised
     return None, ""
+
+
+# a question that is little but the message ("I get ValueError: <message>"): the message holds this share of its words
+PASTED_SHARE = 0.6
+
+
+def raised_message_line(engine: Engine, question: str, asked: list[str], *, pasted_only: bool = False) -> str:
+    """For a question that quotes a message the installed deepspeed raises word for word: the line that
+    leads its answer (where it is raised, the condition, the fix); else "". `pasted_only`: only when the
+    question is little but that message (a covered question that tells more is answered from its passages;
+    the line took the room of the docs' answer in 2 of the 8 test questions that quote one)."""
+    if question_kind(question, asked) != "error":
+        return ""
+    if pasted_only and len(error_message(question).split()) < PASTED_SHARE * len(question.split()):
+        return ""  # checked before diagnosing: a diagnosis takes ~25 ms, most of it reading the known causes
+    index, _ = engine.require()
+    return raised_line(diagnose_with(index.path, None, question, engine.settings.notes_dir))
+
+
+def api_pages_asked(engine: Engine, question: str) -> frozenset[str]:
+    """The API pages of the symbols a question asks nothing but what they are or do ("What does TiledLinear do?")."""
+    apis = api_names_in(question, engine.api_pages)
+    return frozenset(engine.api_pages[a] for a in apis) if apis and asks_only_what_key_is(question, apis) else frozenset()
+
+
+def titled_pages_asked(engine: Engine, question: str) -> frozenset[str]:
+    """The pages whose title (or config section's name) a question asks nothing but what it is ("What is ZeRO?",
+    "How do I enable Domino?")."""
+    titles = titles_in(question, engine.page_titles)
+    return frozenset().union(*(engine.page_titles[t] for t in titles)) if titles and asks_only_what_key_is(question, titles) else frozenset()
+
+
+def named_page_first(engine: Engine, question: str, result: SearchResult) -> tuple[SearchResult, bool]:
+    """For a question that asks only what a named page's subject is, that page's best passage first, and
+    whether it is (then the answer's lead comes from it: "What is ZeRO?" led with ZeRO++, ranked above the
+    page titled ZeRO)."""
+    pages = titled_pages_asked(engine, question) | api_pages_asked(engine, question)
+    first = next((n for n, h in enumerate(result.hits) if h.chunk.path in pages), None)
+    if first is None:
+        return result, False
+    return replace(result, hits=[result.hits[first], *result.hits[:first], *result.hits[first + 1:]]), True

@@ -140,6 +140,11 @@ def raised_where(frame: tuple[str, str, str], catalogue: tuple[RaisedError, ...]
     return inside or [e for e in catalogue if e.path == path and e.function == function]
 
 
+def error_message(log: str) -> str:
+    """The message of the error a log ends with, as `diagnose` reads it (without diagnosing)."""
+    return _last_error(clean_log(log))[1]
+
+
 def versions_in(log: str) -> dict[str, str]:
     found = {}
     for name, pattern in _VERSION.items():

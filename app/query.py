@@ -147,7 +147,7 @@ def api_names_in(question: str, paths: Iterable[str]) -> list[str]:
     named = []
     for path in paths:
         last = path.rsplit(".", 1)[-1]
-        if path in question or (_API_NAME.match(last) and re.search(rf"(?<![\w.]){re.escape(last)}(?![\w])", question)):
+        if path in question or (last in question and _API_NAME.match(last) and re.search(rf"(?<![\w.]){re.escape(last)}(?![\w])", question)):
             named.append(path)
     return named
 
@@ -182,8 +182,10 @@ def coverage_group(question: str) -> str:
 
 def titles_in(question: str, titles: Iterable[str]) -> list[str]:
     """The page titles a question names as a phrase ("How do I enable Domino?" names the page "Domino")."""
-    low = question.lower()
-    return [t for t in titles if re.search(rf"(?<!\w){re.escape(t.lower())}(?!\w)", low)]
+    low = question.lower()  # a plain substring test first: a pattern per title only for the few that pass it
+    named = [t for t in titles if t.lower() in low and re.search(rf"(?<!\w){re.escape(t.lower())}(?!\w)", low)]
+    # the longest name only: "ZeRO-Offload" names that page, not also the one titled "ZeRO"
+    return [t for t in named if not any(t != o and t.lower() in o.lower() for o in named)]
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,8 @@ def _drop(unit: str) -> bool:
     if len(words) < MIN_WORDS:
         return True
     low = unit.lower()
-    if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:")) or _CAPTION.match(unit):
+    # ":ivar training: ..." / ":vartype ...": a reST field list of attributes (torch's nn.Module one), not prose
+    if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:", ":ivar ", ":vartype ")) or _CAPTION.match(unit):
         return True
     bare = _CODE_SPAN.sub("", unit)  # quotes inside `code` are a value named, not JSON
     if bare.count('"') >= 4 or ("{" in bare and '":' in bare):  # JSON outside a fence

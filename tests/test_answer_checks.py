@@ -369,6 +369,8 @@ def test_a_docstring_argument_keeps_its_name_and_default() -> None:
     ]
     # a caption is no answer: what a figure or table beside it shows
     assert text_units("Upper figure is vanilla TP, bottom is Domino.\n\nTable 2: Training throughput on 128 GPUs.") == []
+    # nor an attribute field list (torch's nn.Module documents `training` so)
+    assert text_units(":ivar training: Boolean represents whether this module is in training or evaluation mode. :vartype training: bool.") == []
     # "name: what" outside an argument list is prose as before, and reST's ``literal`` reads as `code`
     assert [u.text for u in text_units("Note: the ``zero.Init`` context partitions parameters at construction.")] == [
         "Note: the `zero.Init` context partitions parameters at construction."]

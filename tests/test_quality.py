@@ -231,9 +231,11 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 def test_answers_on_held_out_questions(engine) -> None:
     """Measured at stop 52, with the coverage decision also learning the terse sets' tune halves and holding
     terse questions to a threshold of their own (tune's cross-validation on the long questions: 91.9% refused
-    at 2.31% false -> 92.9% at 1.96%): test evidence 71.5% (zh 63.0%), refused 88.8% of 294 at 2.45% (8) of the
-    answerable (stop 51: 72.7%, 88.1% at 0.9%, 3), 0 cut of 1525, median 117 words; outside 67.5% evidence,
-    91.25% refused at 3.75% (3). Measured at stop 50 after two index fixes (a table row keyed by the key line above it, not the block's last;
+    at 2.31% false -> 92.9% at 1.96%), a pasted message's raising line first and the page a question names
+    first: test evidence 71.2% (zh 63.0%), refused 88.8% of 294 at 2.45% (8) of the answerable (stop 51:
+    72.7%, 88.1% at 0.9%, 3), 0 cut of 1510, median 117 words; outside 67.5% evidence, 91.25% refused at
+    3.75% (3). (151 training-only terse unanswerable questions as well: tune's cross-validation level, long
+    93.6% at 2.15%, terse 80.0% at 1.87% against 80.8% at 2.15%; not kept.) Measured at stop 50 after two index fixes (a table row keyed by the key line above it, not the block's last;
     the catalogue's docs reference of an entry no longer runs into the `***name***` entry after it) and every
     learned part retrained (tune's cross-validated evidence 0.770 -> 0.749, C now the most regularised within
     a point of the best): test evidence 71.2% (zh 63.0%), refused 88.4% of 294 at 0.9% (3) of the answerable,
@@ -290,14 +292,15 @@ def test_terse_questions_on_held_out(engine) -> None:
     a chat: "bf16 or fp16?", "zero3 怎么导出权重？"), which no other labelled set holds. Before the coverage
     decision learned them (their tune split, with a threshold of their own), it refused 31 of the 76 answerable
     ones of the test split (40.8%) and 71 of the 75 unanswerable ones (94.7%). Measured at stop 52 with the
-    decision trained on them: see the floors below and the closing note."""
+    decision trained on them (stop 52): 0 of 76 answerable refused, 77.3% (58) of the unanswerable; the answer
+    holds a gold phrase for 64.5% (zh 54.8%; 50.0% and 38.7% before)."""
     answerable = [q for q in load_questions(TERSE_QUESTIONS) if split_of(q.id) == "test"]
     unanswerable = [u for u in load_unanswerable(TERSE_UNANSWERABLE) if split_of(u.id) == "test"]
     report = answer_report(engine, answerable, unanswerable)
     print(report)
     assert report["answerable"] == 76 and report["unanswerable"] == 75
     assert report["cut_segments"] == 0 and report["median_answer_words"] <= 120
-    assert report["false_abstention"] <= 0.08 and report["abstention"] >= 0.7
+    assert report["false_abstention"] <= 0.05 and report["abstention"] >= 0.72 and report["evidence_in_answer"] >= 0.6
 
 
 def test_asking_what_a_key_does_is_never_refused(engine) -> None:
@@ -347,6 +350,21 @@ def test_asking_how_to_use_a_documented_feature_is_answered(engine) -> None:
     assert not prepare(engine, AskRequest(question="When was ZenFlow released?")).covered  # a date asks more
     labelled = [q.question for q in load_question_set()] + [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
     assert not [q for q in labelled if (named := titles_in(q, engine.page_titles)) and asks_only_what_key_is(q, named)]
+
+
+def test_asking_what_a_named_page_is_about_leads_with_that_page(engine) -> None:
+    """"What is ZeRO?" led with ZeRO++ (ranked first) and "what is ZeRO-Offload?" with ZeRO-Infinity; the page
+    the question names now stands first and the lead is its own (`named_page_first`), the longest title named."""
+    reply = ask(engine, AskRequest(question="What is ZeRO?"))
+    assert reply.passages[0].title == "ZeRO" and reply.answer.startswith("The Zero Redundancy Optimizer (ZeRO) removes"), reply.answer
+    reply = ask(engine, AskRequest(question="what is ZeRO-Offload?"))
+    assert reply.passages[0].title == "ZeRO-Offload" and reply.answer.startswith("ZeRO-Offload is"), reply.answer
+    reply = ask(engine, AskRequest(question="What does TiledLinear do?"))
+    assert reply.passages[0].path.endswith("TiledLinear") and ":ivar" not in reply.answer, reply.answer
+    # a question that asks more keeps the retriever's order
+    plain = prepare(engine, AskRequest(question="Why does ZeRO-3 slow down my training compared to stage 2?"))
+    searched = engine.retriever.search("Why does ZeRO-3 slow down my training compared to stage 2?", 5)
+    assert [p.id for p in plain.passages] == [h.chunk.id for h in searched.hits]
 
 
 def test_a_question_quoting_a_message_deepspeed_raises_is_answered(engine) -> None:
@@ -486,7 +504,9 @@ def test_shipped_coverage_decision_is_the_one_tune_gives(engine, tmp_path: Path)
 def test_training_only_unanswerables_are_no_near_copy_of_a_scored_one(engine) -> None:
     """A training-only unanswerable question close in meaning to a scored one (test, the outside set) would
     lift the figures it is scored by: none has a base-encoder cosine of 0.75 or more with any (the rule they
-    were filtered by when written)."""
+    were filtered by when written). The terse set's are held to a lexical rule instead (the English encoder
+    puts unrelated short Chinese questions at a cosine near 1): no training-only one shares half the
+    character trigrams of the two (Jaccard) with one of them."""
     from eval.adapter_training import base_vectors
 
     scored = load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)
@@ -494,6 +514,15 @@ def test_training_only_unanswerables_are_no_near_copy_of_a_scored_one(engine) ->
     closest = (base_vectors(engine.retriever, [u.question for u in training])
                @ base_vectors(engine.retriever, [u.question for u in scored]).T).max(axis=1)
     assert float(closest.max()) < 0.75, training[int(closest.argmax())].question
+
+    def trigrams(text: str) -> set[str]:
+        flat = " ".join(text.lower().split())
+        return {flat[i:i + 3] for i in range(len(flat) - 2)}
+
+    terse = [trigrams(u.question) for u in load_unanswerable(TERSE_UNANSWERABLE)]
+    for u in training:
+        mine = trigrams(u.question)
+        assert all(len(mine & t) < 0.5 * len(mine | t) for t in terse), u.question
 
 
 def test_doctor_as_shipped_on_real_error_logs(engine) -> None:

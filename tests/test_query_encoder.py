@@ -113,8 +113,9 @@ def test_bf16_build_vectors_stay_within_fp32s_cosine(embedder) -> None:
 
 def test_the_build_embedders_lanes_give_encodes_vectors_to_the_bit(embedder, monkeypatch: pytest.MonkeyPatch) -> None:
     """`dsqa index` runs sentence-transformers' batches on lanes (threads on their share of torch's
-    threads): the vectors equal `encode`'s to the bit, in bf16 where the CPU has it and in fp32, in
-    the order of the texts; a lane's failure reaches the caller, the other lanes stop, and torch's
+    threads): the vectors equal `encode`'s to the bit in bf16 where the CPU has it, in fp32 within a last
+    bit (on a Xeon with AMX, fp32 matrix products of one thread and of two round differently: 1.3e-7 at
+    most, seen in stop 52), in the order of the texts; a lane's failure reaches the caller, the other lanes stop, and torch's
     thread count is what it was."""
     import torch
 
@@ -128,7 +129,8 @@ def test_the_build_embedders_lanes_give_encodes_vectors_to_the_bit(embedder, mon
         got[name] = build.embed(texts, batch_size=2)  # four batches: more than one lane where there are 2 threads
         with build._precision():
             want = build._model.encode(texts, batch_size=2, convert_to_numpy=True, normalize_embeddings=True)
-        assert got[name].dtype == np.float32 and np.array_equal(got[name], np.asarray(want, dtype=np.float32))
+        want = np.asarray(want, dtype=np.float32)
+        assert got[name].dtype == np.float32 and (np.array_equal(got[name], want) if name == "bf16" else np.abs(got[name] - want).max() < 1e-6)
         assert torch.get_num_threads() == threads
     assert (got["bf16"] * got["fp32"]).sum(1).min() > 0.9998  # bf16 (where native) against fp32, each in its text's row
     assert ((got["bf16"] @ got["fp32"].T).argmax(1) == np.arange(len(texts))).all()
