@@ -19,6 +19,7 @@ from threadpoolctl import threadpool_limits
 from app.answer import load_unit_model, warm_units
 from app.batching import BatchingEmbedder
 from app.coverage import load_abstention
+from app.doctor import warm_catalogue
 from app.errors import IndexNotReady
 from app.glossary import Glossary
 from app.linear_model import LinearModel
@@ -72,6 +73,7 @@ class Engine:
                 self.retriever.embedder.warm()
         warm_units(u.text for units in self.index.units for u in units)
         _ = self.config_facts, self.config_docs
+        warm_catalogue(self.index.path)  # a pasted error's raising line (`coverage_overrides.raised_message_line`)
 
     def _read_config(self, read: Callable[[str], dict[str, T]]) -> dict[str, T]:
         """One reading of every config passage of the index, merged by key."""

@@ -363,3 +363,14 @@ def test_doctor_on_real_error_logs(tmp_path_factory: pytest.TempPathFactory) -> 
     print(report["tune"], report["test"])
     assert report["test"]["cause_at_1"] >= 0.73 and report["test"]["source_in_3"] >= 0.85
     assert report["tune"]["cause_at_1"] >= 0.9
+
+
+def test_warming_reads_the_catalogue_a_diagnosis_reads() -> None:
+    """`Engine.warm` reads and compiles the error catalogue (`warm_catalogue`), so a server's first pasted
+    error finds it read: the diagnosis after it reads nothing more."""
+    from app.doctor import _catalogue, _compiled, warm_catalogue
+
+    warm_catalogue(None)
+    read, compiled = _catalogue.cache_info().misses, _compiled.cache_info().misses
+    diagnose("AssertionError: The parameter 12 has already been reduced.")
+    assert (_catalogue.cache_info().misses, _compiled.cache_info().misses) == (read, compiled)
