@@ -12,7 +12,11 @@ an entry of the index rather than by passages that happen to be close.
 - a keyword search ("hostfile format", "ZeRO-Infinity") whose first passage holds every keyword (9 of 40);
 - "was X removed?" about a key the installed deepspeed marks deprecated or removed;
 - a message the installed deepspeed raises word for word ("I get ValueError: ..."): its raising line,
-  condition and fix lead the answer (21 of 40 sampled catalogue messages refused).
+  condition and fix lead the answer (21 of 40 sampled catalogue messages refused); a covered question that
+  is little but such a message gets the line too (`raised_message_line`).
+
+And for a question that asks only what a named page is about ("What is ZeRO?"), covered or not, that page's
+passage first and the answer's lead from it (`named_page_first`).
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ def raised_message_line(engine: Engine, question: str, asked: list[str], *, past
     if question_kind(question, asked) != "error":
         return ""
     if pasted_only and len(error_message(question).split()) < PASTED_SHARE * len(question.split()):
-        return ""  # checked before diagnosing: a diagnosis takes ~25 ms, most of it reading the known causes
+        return ""  # checked before diagnosing: most covered questions stop here
     index, _ = engine.require()
     return raised_line(diagnose_with(index.path, None, question, engine.settings.notes_dir))
 
