@@ -23,7 +23,7 @@ from app.answer import (
     scored_candidates,
 )
 from app.answer_shapes import ERROR_LINE, missing_sides, question_kind, sides, snippet_line, status_line
-from app.coverage_overrides import answered_anyway, named_page_first, raised_message_line
+from app.coverage_overrides import answered_anyway, named_page_first, pages_asked, raised_message_line
 from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
@@ -158,7 +158,8 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     index.refresh_verification()  # runs land while the service serves (background verify)
     t0 = time.perf_counter()
     searched = retriever.search(request.question, request.k, topic=request.topic, source=request.source)
-    result, named_first = named_page_first(engine, request.question, searched)
+    named = pages_asked(engine, request.question)
+    result, named_first = named_page_first(searched, named)
     t1 = time.perf_counter()
     decided = result.covered if result.covered is not None else result.relevance >= settings.no_answer_threshold
     asked = keys_named(request.question, engine.config_facts)
@@ -166,7 +167,7 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     if decided:  # a pasted message the installed deepspeed raises word for word: its raising line leads, covered or not
         raised = raised_message_line(engine, request.question, asked, pasted_only=True)
     else:
-        rule, raised = answered_anyway(engine, request.question, result, asked, defined)
+        rule, raised = answered_anyway(engine, request.question, result, asked, defined, named)
         decided = rule is not None
     covered = bool(result.hits) and decided
     passages = [

@@ -21,7 +21,7 @@ passage first and the answer's lead from it (`named_page_first`).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from app.answer_shapes import question_kind, status_line
 from app.doctor import diagnose_with, error_message, raised_line
@@ -39,16 +39,33 @@ from app.retriever import SearchResult
 from indexer.tokenize import term_set
 
 
-def answered_anyway(engine: Engine, question: str, result: SearchResult, asked: list[str], defined: list[str]) -> tuple[str | None, str]:
+@dataclass(frozen=True)
+class PagesAsked:
+    """The pages a question asks nothing but what their subject is: by an API symbol it names, by a title."""
+
+    api: frozenset[str]
+    titled: frozenset[str]
+
+    @property
+    def any(self) -> frozenset[str]:
+        return self.api | self.titled
+
+
+def pages_asked(engine: Engine, question: str) -> PagesAsked:
+    return PagesAsked(api_pages_asked(engine, question), titled_pages_asked(engine, question))
+
+
+def answered_anyway(engine: Engine, question: str, result: SearchResult, asked: list[str], defined: list[str],
+                    pages: PagesAsked) -> tuple[str | None, str]:
     """For a question the coverage decision refused: the rule that answers it anyway (None: none does) and,
     for a raised message, the line that leads the answer. `asked`: the config keys it names; `defined`:
-    those it asks nothing but what they are."""
+    those it asks nothing but what they are; `pages`: the pages it asks about (`pages_asked`)."""
     if defined:
         return "config key", ""
     paths = {h.chunk.path for h in result.hits}
-    if api_pages_asked(engine, question) & paths:
+    if pages.api & paths:
         return "API symbol", ""
-    if titled_pages_asked(engine, question) & paths:
+    if pages.titled & paths:
         return "page title", ""
     if is_keyword_query(question) and result.hits and not asks_unknowable(question):
         top = result.hits[0].chunk  # keywords the first passage holds every one of: a search, and it found them
@@ -93,12 +110,11 @@ def titled_pages_asked(engine: Engine, question: str) -> frozenset[str]:
     return frozenset().union(*(engine.page_titles[t] for t in titles)) if titles and asks_only_what_key_is(question, titles) else frozenset()
 
 
-def named_page_first(engine: Engine, question: str, result: SearchResult) -> tuple[SearchResult, bool]:
-    """For a question that asks only what a named page's subject is, that page's best passage first, and
-    whether it is (then the answer's lead comes from it: "What is ZeRO?" led with ZeRO++, ranked above the
-    page titled ZeRO)."""
-    pages = titled_pages_asked(engine, question) | api_pages_asked(engine, question)
-    first = next((n for n, h in enumerate(result.hits) if h.chunk.path in pages), None)
+def named_page_first(result: SearchResult, pages: PagesAsked) -> tuple[SearchResult, bool]:
+    """For a question that asks only what a named page's subject is (`pages`), that page's best passage
+    first, and whether it is (then the answer's lead comes from it: "What is ZeRO?" led with ZeRO++, ranked
+    above the page titled ZeRO)."""
+    first = next((n for n, h in enumerate(result.hits) if h.chunk.path in pages.any), None)
     if first is None:
         return result, False
     return replace(result, hits=[result.hits[first], *result.hits[:first], *result.hits[first + 1:]]), True

@@ -136,9 +136,15 @@ class FittedDecision:
     wording: WordingProbe
     group_thresholds: dict[str, float]  # a question group's own threshold (`app.query.coverage_group`)
 
+    def model(self, trained_on: str = "", encoder: str = "") -> LinearModel:
+        """The decision as the retriever loads it: its weights and thresholds (the memory columns aside)."""
+        return LinearModel(COVERAGE_FEATURES, self.mean, self.scale, self.weights, self.bias, trained_on, encoder=encoder,
+                           threshold=self.threshold, group_thresholds=self.group_thresholds)
+
     def refused(self, rows: np.ndarray, vectors: np.ndarray, questions: list[str]) -> np.ndarray:
         """Whether each new question is refused: its score below its group's threshold."""
-        limits = np.array([self.group_thresholds.get(coverage_group(q), self.threshold) for q in questions])
+        model = self.model()
+        limits = np.array([model.threshold_for(coverage_group(q)) for q in questions])
         return self.scores(rows, vectors, questions) < limits
 
     def scores(self, rows: np.ndarray, vectors: np.ndarray, questions: list[str]) -> np.ndarray:
@@ -279,9 +285,7 @@ def train_abstention(retriever: HybridRetriever, answerable: list[Question], una
     pos_ids, neg_ids = [q.id for q in answerable], [u.id for u in unanswerable]
     pos_questions, neg_questions = [q.question for q in answerable], [u.question for u in unanswerable]
     fitted, pos, neg = fit_decision(pos, neg, pos_vectors, neg_vectors, pos_ids + neg_ids, pos_questions + neg_questions)
-    model = LinearModel(COVERAGE_FEATURES, fitted.mean, fitted.scale, fitted.weights, fitted.bias,
-                        f"tune split: {len(pos)} answerable, {len(neg)} unanswerable", encoder=retriever.embedder.name,
-                        threshold=fitted.threshold, group_thresholds=fitted.group_thresholds)
+    model = fitted.model(f"tune split: {len(pos)} answerable, {len(neg)} unanswerable", retriever.embedder.name)
     model.save(out)
     refusals = RefusalMemory(neg_vectors, retriever.embedder.name,
                              f"tune split, {tune_unanswerable} unanswerable questions, {len(unanswerable) - tune_unanswerable} training-only",
