@@ -164,11 +164,26 @@ def _catalogue(index_dir: str | None) -> tuple[RaisedError, ...]:
     return tuple(build_error_catalogue())
 
 
+@lru_cache(maxsize=4)
+def _catalogue_version(index_dir: str | None) -> str:
+    """The deepspeed version whose source the catalogue was read from (its lines' URLs point at that tag);
+    without an index's catalogue, the installed one's. Read from the catalogue's first line: importing
+    deepspeed (and torch) to ask took a server's first pasted error about 3 s."""
+    path = Path(index_dir) / ERRORS_FILE if index_dir else None
+    if path is not None and path.is_file():
+        with path.open(encoding="utf-8") as f:
+            version = str(json.loads(f.readline() or "{}").get("deepspeed") or "")
+        if version:
+            return version
+    return deepspeed_version()
+
+
 def warm_catalogue(index_dir: Path | None) -> None:
     """Read and compile the index's error catalogue now (about 2 s on 2 cores), as `diagnose_with` will: a
     server's first pasted error does not wait for it."""
-    catalogue_dir = index_dir if index_dir is not None and (index_dir / ERRORS_FILE).is_file() else None
-    _compiled(_catalogue(str(catalogue_dir) if catalogue_dir else None))
+    catalogue_dir = str(index_dir) if index_dir is not None and (index_dir / ERRORS_FILE).is_file() else None
+    _compiled(_catalogue(catalogue_dir))
+    _catalogue_version(catalogue_dir)
 
 
 @lru_cache(maxsize=4)
@@ -208,7 +223,7 @@ def nearest(message: str, catalogue: tuple[RaisedError, ...], n: int = 3, cutoff
     return sorted(scored, key=lambda s: -s[0])[:n]
 
 
-def _cause(entry: RaisedError, how: str) -> Cause:
+def _cause(entry: RaisedError, how: str, version: str) -> Cause:
     where = f"`{entry.function}` in {entry.path}" if entry.function != "<module>" else entry.path
     # an assert's test is what must hold; an `if` around a raise is what sets it off
     condition = "" if not entry.condition else (f" unless `{entry.condition}` holds" if entry.exception == "AssertionError"
@@ -216,8 +231,8 @@ def _cause(entry: RaisedError, how: str) -> Cause:
     names = ", ".join(f"`{n}`" for n in entry.names[:4])
     fix = f"check {names} in your config or call" if names else "see the raising line for the condition it checks"
     return Cause(title=f"{entry.exception or 'Error'}: {entry.template}"[:300],
-                 explanation=f"{how}: raised by {where}{condition} (deepspeed {deepspeed_version()})",
-                 fix=fix, source_url=entry.url(deepspeed_version()))
+                 explanation=f"{how}: raised by {where}{condition} (deepspeed {version})",
+                 fix=fix, source_url=entry.url(version))
 
 
 def _known_cause(k: KnownCause, source_url: str, found: str) -> Cause:
@@ -312,6 +327,7 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     if not message and not exception:
         return Diagnosis(error, seen, "none", [Cause("no error found", "the text holds no exception line or message", "paste the traceback or the last lines of the log")])
     catalogue = _catalogue(str(index_dir) if index_dir else None)
+    version = _catalogue_version(str(index_dir) if index_dir else None)
     flat = " ".join(message[:MAX_MESSAGE_CHARS].split())  # patterns have holes: keep the text they scan short
     exact = [e for e, fragment, pattern in _compiled(catalogue) if fragment in flat and pattern.search(flat)]
     exact.sort(key=lambda e: -_fixed_chars(e))
@@ -322,15 +338,15 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
         longer = [e for _, e in nearest(flat, catalogue) if e not in exact[:1]]  # a longer message reworded across versions first
         exact = longer[:1] + exact
     if exact:
-        matched, causes = "exact", [_cause(e, EXACT) for e in exact[:3]]
+        matched, causes = "exact", [_cause(e, EXACT, version) for e in exact[:3]]
     elif frame is not None and (where := raised_where(frame, catalogue)):
-        matched, causes = "nearest", [_cause(e, "the traceback is cut off where deepspeed calls this") for e in where[:3]]
+        matched, causes = "nearest", [_cause(e, "the traceback is cut off where deepspeed calls this", version) for e in where[:3]]
         # the messages those lines raise stand in for the one the log lost, first raise first
         flat = " | ".join(e.template for e in where)[:MAX_MESSAGE_CHARS]
     else:
         near = nearest(flat, catalogue)
         if near:
-            matched, causes = "nearest", [_cause(e, f"a close message ({score:.0%} of its words)") for score, e in near]
+            matched, causes = "nearest", [_cause(e, f"a close message ({score:.0%} of its words)", version) for score, e in near]
         else:
             matched, causes = ("retrieval", []) if search is not None else ("none", [])
     docs = search(f"{exception} {flat}"[:500]) if search is not None else []
@@ -356,7 +372,7 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     elif (close := close_known_match(known, flat)) is not None:
         k, seen_text = close
         causes = [_known_cause(k, line, f"the message is close to `{seen_text}`")] + causes
-    elif matched in ("none", "retrieval") and (release := _release_bug(text, seen)) is not None:
+    elif matched in ("none", "retrieval") and (release := _release_bug(text, seen, version)) is not None:
         # before a known cause that is only near in meaning (tune-only logs: one more right this way) and
         # before the passages retrieval found for a message no note or line explains
         causes = [release] + causes
@@ -370,9 +386,9 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
         causes = [Cause("no DeepSpeed error recognised", "the message is not one the installed deepspeed raises, and no passage matched",
                         "paste the traceback's last lines (the exception and its message), or ask the question in words")]
     causes += benign[:1]
-    if seen.get("deepspeed") and seen["deepspeed"] != deepspeed_version():
+    if seen.get("deepspeed") and seen["deepspeed"] != version:
         for cause in causes:
-            cause.explanation += f"; note: the log is from deepspeed {seen['deepspeed']}, the catalogue from {deepspeed_version()}"
+            cause.explanation += f"; note: the log is from deepspeed {seen['deepspeed']}, the catalogue from {version}"
     return Diagnosis(error, seen, matched, causes)
 
 
@@ -395,25 +411,25 @@ def stall_causes(known: tuple[KnownCause, ...], text: str) -> list[tuple[KnownCa
     return [(k, "the most telling words in common with this log") for k in ranked_by_words[:HANG_SLOTS]]
 
 
-def _release_bug(text: str, seen: dict[str, str]) -> Cause | None:
+def _release_bug(text: str, seen: dict[str, str], installed: str) -> Cause | None:
     """For an error no catalogue line and no known cause explains: when the traceback ends inside
     deepspeed's own code, or the log names an older deepspeed, the message is one the installed release
     no longer raises there, which most often means a bug of the user's release, fixed since; None
     when the log shows neither (another library's error, or the user's own)."""
     frames = [m for ln in text.splitlines() if (m := _DS_FRAME.match(ln))]
     theirs = seen.get("deepspeed", "")
-    older = bool(theirs) and _version_key(theirs) < _version_key(deepspeed_version())
+    older = bool(theirs) and _version_key(theirs) < _version_key(installed)
     if not frames and not older:
         return None
     release = f"deepspeed {theirs}" if theirs else "the deepspeed version the log comes from"
     if frames:
         what = (f"The traceback ends in {frames[-1].group(1)} ({frames[-1].group(2)}) with a message the installed deepspeed "
-                f"({deepspeed_version()}) does not raise, and no known failure matches it. An error from deepspeed's own code")
+                f"({installed}) does not raise, and no known failure matches it. An error from deepspeed's own code")
     else:
-        what = (f"The log is from {release}, older than the installed {deepspeed_version()}; its message is none that "
-                f"{deepspeed_version()} raises and no known failure matches it. An error under an older deepspeed")
+        what = (f"The log is from {release}, older than the installed {installed}; its message is none that "
+                f"{installed} raises and no known failure matches it. An error under an older deepspeed")
     return Cause(
-        title=f"An error that deepspeed {deepspeed_version()} does not raise: likely a bug of {release}, fixed since",
+        title=f"An error that deepspeed {installed} does not raise: likely a bug of {release}, fixed since",
         explanation=(f"{what} that later releases no longer raise is most often a bug of the older release, or a mismatch "
                      f"between the deepspeed version and the project that calls it. Check: the deepspeed version (`ds_report`, "
                      f"`pip show deepspeed`) and the version the project or its requirements pin."),
