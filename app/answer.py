@@ -254,27 +254,8 @@ def scored_candidates(ask: str, sources: list[Source], similarities: np.ndarray 
     `seen`: the question's `SearchResult.seen_units`."""
     cands = candidates(sources)
     if model is not None and similarities is not None:
-        return cands, lead_guarded(ask, cands, 1.0 / (1.0 + np.exp(-model.score(unit_features(ask, cands, similarities, seen)))))
-    return cands, lead_guarded(ask, cands, unit_scores(ask, cands, similarities, semantic_weight=SEMANTIC_WEIGHT))
-
-
-def lead_guarded(ask: str, cands: list[Candidate], scores: np.ndarray) -> np.ndarray:
-    """The scores with the lead taken from a unit that is not about a sibling of the option the question
-    picked, when the best one is and another is not ("How do I use CPU offload with ZeRO-3?" led with
-    "setting the stage field to 2 ... ZeRO stage 2 flags"): the best such unit moves just above it, the rest
-    keep their order. The learned scorer weighs `other_option` little (-0.13), so it decided no lead alone;
-    on tune's cross-validation the guard changed 5 of 374 answers, one more holding a gold phrase."""
-    if len(cands) < 2:
-        return scores
-    order = np.argsort(-scores, kind="stable")
-    if not about_other_option(ask, cands[int(order[0])].unit.text):
-        return scores
-    fitting = next((int(i) for i in order[1:] if not about_other_option(ask, cands[int(i)].unit.text)), None)
-    if fitting is None:
-        return scores
-    guarded = np.array(scores, dtype=np.float64)
-    guarded[fitting] = float(scores[order[0]]) + 1e-6
-    return guarded
+        return cands, 1.0 / (1.0 + np.exp(-model.score(unit_features(ask, cands, similarities, seen))))
+    return cands, unit_scores(ask, cands, similarities, semantic_weight=SEMANTIC_WEIGHT)
 
 
 def answer_text(sources: list[Source], cands: list[Candidate], scores: np.ndarray, max_words: int | None = None,

@@ -26,7 +26,6 @@ from app.answer import (
     Candidate,
     candidates,
     compose,
-    lead_guarded,
     unit_features,
     unit_scores,
 )
@@ -110,7 +109,7 @@ def evidence_hits(data: list[QuestionUnits], score: Any) -> int:
     """How many questions' composed answers (units ordered by `score(d)`) hold a gold phrase."""
     hits = 0
     for d in data:
-        answer = normalise(compose(d.cands, lead_guarded(d.ask, d.cands, score(d))))
+        answer = normalise(compose(d.cands, score(d)))
         hits += any(normalise(e) in answer for e in d.evidence if normalise(e))
     return hits
 

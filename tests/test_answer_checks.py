@@ -516,25 +516,3 @@ def test_chinese_answers_name_the_terms_they_matched() -> None:
     asked = Glossary({"意思": "meaning", "作用": "purpose what does it do", "显存": "gpu memory"})
     assert terms_line(asked, "overlap_comm 是什么意思？") == ""  # words that only shape the ask are not terms
     assert terms_line(asked, "显存参数的作用") == "术语：显存 → gpu memory\n"
-
-
-def test_the_lead_is_never_about_a_sibling_of_the_option_asked() -> None:
-    """`lead_guarded`: a bf16 question whose best-scored unit speaks only of fp16 is led by the best unit that
-    does not; the rest keep their order, and nothing moves when no unit fits or the best one already does."""
-    from app.answer import Candidate, compose, lead_guarded
-    from indexer.text_units import Unit
-
-    texts = ["With fp16 the loss scale is halved after an overflow.", "BFLOAT16 training needs no loss scaling.",
-             "Mixed precision lowers the memory of activations."]
-    source = Source(1, "Precision", "bf16", " ".join(texts))
-    cands = [Candidate(source, Unit(t, i), i) for i, t in enumerate(texts)]
-    scores = np.array([0.9, 0.6, 0.4])
-    guarded = lead_guarded("How do I enable bf16?", cands, scores)
-    assert int(np.argmax(guarded)) == 1 and list(np.argsort(-guarded)[1:]) == [0, 2]
-    # a unit that names no option fits as well: it leads when it scores above the one about bf16
-    assert int(np.argmax(lead_guarded("How do I enable bf16?", cands, np.array([0.9, 0.4, 0.6])))) == 2
-    assert compose(cands, guarded).startswith("BFLOAT16 training needs no loss scaling.")
-    assert lead_guarded("How do I enable fp16?", cands, scores) is scores  # the best unit fits the question
-    assert lead_guarded("What is mixed precision?", cands, scores) is scores  # no option picked
-    only_fp16 = [cands[0], Candidate(source, Unit("fp16 halves the loss scale again.", 3), 3)]
-    assert lead_guarded("How do I enable bf16?", only_fp16, np.array([0.9, 0.5]))[0] == 0.9  # no unit fits
