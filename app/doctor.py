@@ -157,33 +157,22 @@ def versions_in(log: str) -> dict[str, str]:
 
 
 @lru_cache(maxsize=4)
-def _catalogue(index_dir: str | None) -> tuple[RaisedError, ...]:
+def _catalogue(index_dir: str | None) -> tuple[str, tuple[RaisedError, ...]]:
+    """The deepspeed version the catalogue was read from (its lines' URLs point at that tag) and its entries:
+    the index's `errors.jsonl`, whose first line names the version (asking deepspeed instead imports it and
+    torch, which took a server's first pasted error about 3 s), else the installed deepspeed's, built now."""
     path = Path(index_dir) / ERRORS_FILE if index_dir else None
     if path is not None and path.is_file():
-        return tuple(read_error_catalogue(path)[1])
-    return tuple(build_error_catalogue())
-
-
-@lru_cache(maxsize=4)
-def _catalogue_version(index_dir: str | None) -> str:
-    """The deepspeed version whose source the catalogue was read from (its lines' URLs point at that tag);
-    without an index's catalogue, the installed one's. Read from the catalogue's first line: importing
-    deepspeed (and torch) to ask took a server's first pasted error about 3 s."""
-    path = Path(index_dir) / ERRORS_FILE if index_dir else None
-    if path is not None and path.is_file():
-        with path.open(encoding="utf-8") as f:
-            version = str(json.loads(f.readline() or "{}").get("deepspeed") or "")
-        if version:
-            return version
-    return deepspeed_version()
+        head, entries = read_error_catalogue(path)
+        return str(head.get("deepspeed") or "") or deepspeed_version(), tuple(entries)
+    return deepspeed_version(), tuple(build_error_catalogue())
 
 
 def warm_catalogue(index_dir: Path | None) -> None:
     """Read and compile the index's error catalogue now (about 2 s on 2 cores), as `diagnose_with` will: a
     server's first pasted error does not wait for it."""
     catalogue_dir = str(index_dir) if index_dir is not None and (index_dir / ERRORS_FILE).is_file() else None
-    _compiled(_catalogue(catalogue_dir))
-    _catalogue_version(catalogue_dir)
+    _compiled(_catalogue(catalogue_dir)[1])
 
 
 @lru_cache(maxsize=4)
@@ -326,8 +315,7 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     error = {"type": exception, "message": message[:1000]}
     if not message and not exception:
         return Diagnosis(error, seen, "none", [Cause("no error found", "the text holds no exception line or message", "paste the traceback or the last lines of the log")])
-    catalogue = _catalogue(str(index_dir) if index_dir else None)
-    version = _catalogue_version(str(index_dir) if index_dir else None)
+    version, catalogue = _catalogue(str(index_dir) if index_dir else None)
     flat = " ".join(message[:MAX_MESSAGE_CHARS].split())  # patterns have holes: keep the text they scan short
     exact = [e for e, fragment, pattern in _compiled(catalogue) if fragment in flat and pattern.search(flat)]
     exact.sort(key=lambda e: -_fixed_chars(e))
