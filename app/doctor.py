@@ -161,18 +161,22 @@ def _catalogue(index_dir: str | None) -> tuple[str, tuple[RaisedError, ...]]:
     """The deepspeed version the catalogue was read from (its lines' URLs point at that tag) and its entries:
     the index's `errors.jsonl`, whose first line names the version (asking deepspeed instead imports it and
     torch, which took a server's first pasted error about 3 s), else the installed deepspeed's, built now."""
-    path = Path(index_dir) / ERRORS_FILE if index_dir else None
-    if path is not None and path.is_file():
-        head, entries = read_error_catalogue(path)
+    if index_dir is not None:
+        head, entries = read_error_catalogue(Path(index_dir) / ERRORS_FILE)
         return str(head.get("deepspeed") or "") or deepspeed_version(), tuple(entries)
     return deepspeed_version(), tuple(build_error_catalogue())
+
+
+def _catalogue_key(index_dir: Path | None) -> str | None:
+    """`_catalogue`'s cache key: the index folder when it holds an error catalogue, else None (the
+    installed deepspeed's)."""
+    return str(index_dir) if index_dir is not None and (Path(index_dir) / ERRORS_FILE).is_file() else None
 
 
 def warm_catalogue(index_dir: Path | None) -> None:
     """Read and compile the index's error catalogue now (about 2 s on 2 cores), as `diagnose_with` will: a
     server's first pasted error does not wait for it."""
-    catalogue_dir = str(index_dir) if index_dir is not None and (index_dir / ERRORS_FILE).is_file() else None
-    _compiled(_catalogue(catalogue_dir)[1])
+    _compiled(_catalogue(_catalogue_key(index_dir))[1])
 
 
 @lru_cache(maxsize=4)
@@ -315,7 +319,7 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     error = {"type": exception, "message": message[:1000]}
     if not message and not exception:
         return Diagnosis(error, seen, "none", [Cause("no error found", "the text holds no exception line or message", "paste the traceback or the last lines of the log")])
-    version, catalogue = _catalogue(str(index_dir) if index_dir else None)
+    version, catalogue = _catalogue(_catalogue_key(index_dir))
     flat = " ".join(message[:MAX_MESSAGE_CHARS].split())  # patterns have holes: keep the text they scan short
     exact = [e for e, fragment, pattern in _compiled(catalogue) if fragment in flat and pattern.search(flat)]
     exact.sort(key=lambda e: -_fixed_chars(e))
@@ -480,6 +484,5 @@ def diagnose_with(index_path: Path | None, retriever: Any, log: str, notes_dir: 
     """The one entry every front end calls: the index's error catalogue when it has one (else the
     installed deepspeed's, built now), retrieval over the index's passages when one is loaded, and
     the known causes of the notes directory."""
-    catalogue_dir = index_path if index_path is not None and (index_path / ERRORS_FILE).is_file() else None
     known = read_known_causes(notes_dir) if notes_dir is not None else ()
-    return diagnose(log, catalogue_dir, engine_search(retriever), known, closest_known_cause(retriever, known))
+    return diagnose(log, index_path, engine_search(retriever), known, closest_known_cause(retriever, known))

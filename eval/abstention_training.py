@@ -153,7 +153,7 @@ class FittedDecision:
         rows[:, _BEST] = _resemblance(vectors @ self.memory.T)
         rows[:, _LEANING] = probe_logit(self.probe, vectors.astype(np.float64))
         rows[:, _WORDING] = [self.wording.logit(q) for q in questions]
-        return ((rows - self.mean) / self.scale) @ self.weights + self.bias
+        return self.model().score(rows)
 
 
 _BEST = COVERAGE_FEATURES.index("refused_best")
