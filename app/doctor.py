@@ -216,6 +216,38 @@ def nearest(message: str, catalogue: tuple[RaisedError, ...], n: int = 3, cutoff
     return sorted(scored, key=lambda s: -s[0])[:n]
 
 
+# a sentence's end inside a message: where a pasted message is often cut ("The parameter 12 has already been reduced.")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+LEADING_WORDS = 4  # words of fixed text the first sentences need to stand for their message
+
+
+@lru_cache(maxsize=4)
+def _leading(catalogue: tuple[RaisedError, ...]) -> tuple[tuple[RaisedError, re.Pattern[str]], ...]:
+    """The first sentences of each message that has several, as whole-message patterns."""
+    out = []
+    for e in catalogue:
+        sentences = _SENTENCE_END.split(e.template) if e.pattern else []
+        for k in range(1, len(sentences)):
+            head = " ".join(sentences[:k]).rstrip(".!? ")
+            if len(_WORD.findall(head.replace("{}", " ").lower())) >= LEADING_WORDS:
+                fixed = [re.escape(" ".join(t.split())).replace(r"\ ", r"\s+") for t in head.split("{}")]
+                last = r"\s*(\S+?)" if not fixed[-1] else ""  # a closing hole takes one word, not the sentences after it
+                body = r"\s*(.+?)\s*".join(fixed[:-1]) + last if last else r"\s*(.+?)\s*".join(fixed)
+                out.append((e, re.compile(body + r"[.!?]?")))
+    return tuple(out)
+
+
+def leading_matches(message: str, catalogue: tuple[RaisedError, ...]) -> list[RaisedError]:
+    """Catalogue messages the message is the first sentences of, word for word: a message pasted without
+    the sentences after its first (its words are a small share of the whole, so `nearest` would pass
+    it by for a shorter message that shares most of them)."""
+    found: list[RaisedError] = []
+    for e, pattern in _leading(catalogue):
+        if e not in found and pattern.fullmatch(message.strip()) and (not e.classes or any(c in message for c in e.classes)):
+            found.append(e)
+    return found
+
+
 def _cause(entry: RaisedError, how: str, version: str) -> Cause:
     where = f"`{entry.function}` in {entry.path}" if entry.function != "<module>" else entry.path
     # an assert's test is what must hold; an `if` around a raise is what sets it off
@@ -335,6 +367,8 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
         matched, causes = "nearest", [_cause(e, "the traceback is cut off where deepspeed calls this", version) for e in where[:3]]
         # the messages those lines raise stand in for the one the log lost, first raise first
         flat = " | ".join(e.template for e in where)[:MAX_MESSAGE_CHARS]
+    elif lead := leading_matches(flat, catalogue):
+        matched, causes = "nearest", [_cause(e, "the message is the start of this one", version) for e in lead[:3]]
     else:
         near = nearest(flat, catalogue)
         if near:

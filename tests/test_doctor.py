@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.doctor import diagnose, extract_error, raised_line, versions_in
+from app.doctor import _catalogue, diagnose, extract_error, leading_matches, raised_line, versions_in
 from indexer.error_catalogue import build_error_catalogue
 
 RAISED = [  # (the log's last lines, the file and function that raise it)
@@ -139,6 +139,21 @@ def test_a_short_generic_pattern_gives_way_to_a_longer_message_reworded_across_v
            "compile cuda/cpp extensions without a matching cuda version.")
     result = diagnose(log)
     assert result.matched == "exact" and "deepspeed/ops/op_builder/builder.py" in result.causes[0].source_url, result.to_json()
+
+
+def test_a_message_pasted_without_its_later_sentences_is_matched_to_its_line() -> None:
+    """Only the first sentence of ZeRO's "already been reduced" assertion (its other two sentences cut):
+    before, `nearest` took a shorter message that shares most of its words ("Parameter has already been
+    quantized.", a quantization utility); a first sentence that ends in a hole takes one word there, not
+    the question after it."""
+    result = diagnose("AssertionError: The parameter 12 has already been reduced.")
+    assert result.matched == "nearest" and "has already been reduced. Gradient computed twice" in result.causes[0].title, result.to_json()
+    assert "deepspeed/runtime/zero/stage_1_and_2.py" in result.causes[0].source_url
+    assert "the start of this one" in result.causes[0].explanation
+    assert "quantized" in diagnose("AssertionError: Parameter has already been quantized.").causes[0].title  # its own line still
+    _, catalogue = _catalogue(None)
+    asked = "The checkpoint being loaded used a DP world size of 8 but the current world size is 16. Is there any way around it"
+    assert leading_matches(asked, catalogue) == []
 
 
 def test_an_answer_quotes_where_an_exact_message_is_raised() -> None:
