@@ -44,8 +44,9 @@ def cmd_validate_config(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
-    from app.doctor import MAX_LOG_CHARS, diagnose_with
+    from app.doctor import diagnose_with
     from app.engine import load_engine
+    from app.error_log import MAX_LOG_CHARS
 
     raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()[-MAX_LOG_CHARS * 4:]
     log = raw.decode("utf-8", "replace")

@@ -24,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from app.answer_shapes import question_kind, status_line
-from app.doctor import diagnose_with, error_message, raised_line
+from app.doctor import diagnose_with, raised_line
 from app.engine import Engine
+from app.error_log import error_message
 from app.query import (
     SEARCH_WORDS,
     api_names_in,

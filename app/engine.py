@@ -18,8 +18,8 @@ from threadpoolctl import threadpool_limits
 
 from app.answer import load_unit_model, warm_units
 from app.batching import BatchingEmbedder
+from app.catalogue_match import warm_catalogue
 from app.coverage import load_abstention
-from app.doctor import warm_catalogue
 from app.errors import IndexNotReady
 from app.glossary import Glossary
 from app.linear_model import LinearModel

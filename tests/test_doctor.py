@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.doctor import _catalogue, diagnose, extract_error, leading_matches, raised_line, versions_in
+from app.catalogue_match import _catalogue, leading_matches
+from app.doctor import diagnose, raised_line
+from app.error_log import extract_error, versions_in
 from indexer.error_catalogue import build_error_catalogue
 
 RAISED = [  # (the log's last lines, the file and function that raise it)
@@ -385,7 +387,7 @@ def test_doctor_on_real_error_logs(tmp_path_factory: pytest.TempPathFactory) -> 
 def test_warming_reads_the_catalogue_a_diagnosis_reads() -> None:
     """`Engine.warm` reads and compiles the error catalogue (`warm_catalogue`), so a server's first pasted
     error finds it read: the diagnosis after it reads nothing more."""
-    from app.doctor import _catalogue, _compiled, warm_catalogue
+    from app.catalogue_match import _catalogue, _compiled, warm_catalogue
 
     warm_catalogue(None)
     read, compiled = _catalogue.cache_info().misses, _compiled.cache_info().misses
