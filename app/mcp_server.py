@@ -27,8 +27,8 @@ from app.doctor import diagnose_with
 from app.engine import Engine, load_engine
 from app.errors import DsqaError, InvalidInput, NotFound, as_text
 from app.input_policy import check_json, parse_json
+from app.passages import PART_HEADING
 from app.planner import PlanRequest, plan
-from app.retriever import PART_HEADING
 from app.schemas import MAX_K, AskRequest, AskResponse, SnippetOut
 from app.settings import Settings, input_limits
 from indexer.config_check import validate_config as check_config

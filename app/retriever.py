@@ -12,7 +12,6 @@ in `app/peer_retrievers.py`.
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -25,6 +24,7 @@ from app.coverage import coverage_features
 from app.fusion import near_duplicate, shingles, weighted_fusion
 from app.glossary import Glossary, has_cjk
 from app.linear_model import LinearModel
+from app.passages import PassageSpans, section_of
 from app.query import (
     asks_first_release,
     asks_plan_or_figure,
@@ -96,46 +96,6 @@ COVERAGE_DEPTH = 5  # the coverage decision looks at the first five passages, wh
 NOTE_SLOT = 5  # the highest place one of our notes takes among the passages (1-based)
 
 
-# how a passage opens a part from another section than the one before it (`HybridRetriever.passage`);
-# the MCP excerpt reads it back with PART_HEADING, the web page's script with the same pattern
-PART_OPENER = "### "
-PART_HEADING = re.compile(rf"^{re.escape(PART_OPENER)}(.+)$", re.M)
-
-
-def _heading(chunk: Chunk) -> str:
-    return chunk.trail[-1] if chunk.trail else chunk.title
-
-
-def _section(chunk: Chunk) -> tuple[str, tuple[str, ...]]:
-    """A chunk's section: its page and heading trail."""
-    return chunk.path, chunk.trail
-
-
-def _same_section(a: Chunk, b: Chunk) -> bool:
-    return _section(a) == _section(b)
-
-
-def _under_headings(a: Chunk, b: Chunk, n: int) -> bool:
-    """`b` is on `a`'s page, under the first `n` headings of `a`'s trail."""
-    return (a.path, a.source) == (b.path, b.source) and b.trail[:n] == a.trail[:n]
-
-
-def _in_subsection(a: Chunk, b: Chunk) -> bool:
-    """`b` is in `a`'s section or one of its subsections (same page)."""
-    return _under_headings(a, b, len(a.trail))
-
-
-def _in_parent(a: Chunk, b: Chunk) -> bool:
-    """`b` is in the section that holds `a`'s (its page for a top-level section)."""
-    return _under_headings(a, b, max(len(a.trail) - 1, 1))
-
-
-# how far a passage may grow from its chunk (`RetrievalOptions.passage_scopes`); chosen on tune's
-# cross-validated ranker: section alone MRR@10 0.793, then subsections and parent 0.806
-PASSAGE_SCOPES: dict[str, Callable[[Chunk, Chunk], bool]] = {
-    "section": _same_section, "subsections": _in_subsection, "parent": _in_parent}
-
-
 @dataclass(frozen=True)
 class RetrievalOptions:
     """Every retrieval choice in one place; each was kept because the `tune` split said so."""
@@ -149,7 +109,7 @@ class RetrievalOptions:
     abstention: LinearModel | None = None  # the coverage decision (`app/coverage.py`); None: no decision
     section_words: int = 350  # grow a passage with its section's neighbouring chunks up to this many words (0: off)
     # where a passage grows, in turn, while its words fit: its own section, then that section's
-    # subsections, then its parent section (all on its page; see `PASSAGE_SCOPES`)
+    # subsections, then its parent section (all on its page; see `app.passages.PASSAGE_SCOPES`)
     passage_scopes: tuple[str, ...] = ("section", "subsections", "parent")
     notes_last: bool = True  # at most one of our notes, never above fifth place (see `select`)
     dedupe: bool = True
@@ -177,7 +137,6 @@ class HybridRetriever:
         self.bm25_tokens = bm25_tokens  # must match how the index's BM25 was built
         self.matrix = dense_matrix(index)
         self._shingles: dict[int, np.ndarray] = {}
-        self._spans: dict[int, tuple[int, ...]] = {}
 
     def with_options(self, **changes: object) -> HybridRetriever:
         """The same retriever with some options changed, sharing the loaded vectors, chunk terms and
@@ -185,7 +144,7 @@ class HybridRetriever:
         other = copy.copy(self)
         other.options = replace(self.options, **changes)  # type: ignore[arg-type]
         if (other.options.section_words, other.options.passage_scopes) != (self.options.section_words, self.options.passage_scopes):
-            other._spans = {}  # spans depend on `section_words` and `passage_scopes`
+            other.__dict__.pop("spans", None)  # spans depend on `section_words` and `passage_scopes`
             other.__dict__.pop("feature_table", None)  # and so do the passages' posting lists
         return other
 
@@ -378,65 +337,26 @@ class HybridRetriever:
                 continue
             if idx in inside:
                 continue  # already inside a passage taken: one passage per section span
-            if self.options.one_per_section and self._section_key(idx) in sections:
+            if self.options.one_per_section and section_of(self.index.chunks[idx]) in sections:
                 continue
             if self.options.dedupe and any(near_duplicate(self._shingle(idx), self._shingle(j)) for j, _ in chosen):
                 continue
             chosen.append((idx, float(scores[p])))
             inside.update(self.section_span(idx))
-            sections.add(self._section_key(idx))
+            sections.add(section_of(self.index.chunks[idx]))
         return chosen
 
+    @cached_property
+    def spans(self) -> PassageSpans:
+        return PassageSpans(self.index.chunks, [t.words for t in self.terms], self.options.section_words, self.options.passage_scopes)
+
     def section_span(self, idx: int) -> tuple[int, ...]:
-        """The chunk and its neighbours on its page, grown outwards within each of `passage_scopes` in
-        turn while the words fit `section_words` (the chunk alone when off or when nothing fits);
-        remembered per chunk."""
-        if idx not in self._spans:
-            self._spans[idx] = self._grow_span(idx)
-        return self._spans[idx]
-
-    def _grow_span(self, idx: int) -> tuple[int, ...]:
-        if self.options.section_words <= 0:
-            return (idx,)
-        lo, hi, words = idx, idx, self.terms[idx].words
-        for scope in self.options.passage_scopes:
-            lo, hi, words = self._grow(idx, lo, hi, words, scope)
-        return tuple(range(lo, hi + 1))
-
-    def _grow(self, idx: int, lo: int, hi: int, words: int, scope: str) -> tuple[int, int, int]:
-        """The span `lo..hi` grown by one chunk at each end in turn while the next is in `scope`
-        (`PASSAGE_SCOPES`) of chunk `idx` and the words fit."""
-        budget, chunks = self.options.section_words, self.index.chunks
-        inside = PASSAGE_SCOPES[scope]
-        while True:
-            grown = False
-            for j in (hi + 1, lo - 1):
-                if 0 <= j < len(chunks) and inside(chunks[idx], chunks[j]) and words + self.terms[j].words <= budget:
-                    words += self.terms[j].words  # the chunks' words (the headings `passage` adds are not counted)
-                    lo, hi = min(lo, j), max(hi, j)
-                    grown = True
-            if not grown:
-                return lo, hi, words
-
-    def _section_key(self, idx: int) -> tuple[str, tuple[str, ...]]:
-        return _section(self.index.chunks[idx])
+        """The chunk and the neighbours its passage grows into (`app/passages.py`)."""
+        return self.spans.span(idx)
 
     def passage(self, idx: int) -> Chunk:
         """What a hit returns: the chunk, or its section span joined (its id, anchor and headings)."""
-        span = self.section_span(idx)
-        chunk = self.index.chunks[idx]
-        if len(span) == 1:
-            return chunk
-        parts = [self.index.chunks[j] for j in span]
-        texts, trail = [], chunk.trail
-        for p in parts:  # a part of another section than the one before it opens with its heading
-            texts.append(p.text if p.trail == trail else f"{PART_OPENER}{_heading(p)}\n\n{p.text}")
-            trail = p.trail
-        return replace(
-            chunk,
-            text="\n\n".join(texts),
-            snippet_ids=tuple(s for p in parts for s in p.snippet_ids),
-        )
+        return self.spans.passage(idx)
 
     def warm(self) -> None:
         """Every chunk's section span and shingles now, not on the first questions that rank it
