@@ -229,7 +229,10 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Stop 53 changed nothing this test measures; it tried and did not keep two things. A lead never about a
+    """Stop 54 added two known-error sections (two tune error logs' causes), which changed the index's notes, so
+    every learned part was retrained: test evidence 71.2% -> 70.9% (zh 63.0%), refused 88.8% -> 88.4% of 294 at
+    2.45% (8) of the answerable, 0 cut, median 117 words; outside 67.5% -> 68.75% evidence, 91.25% refused at
+    3.75% (3). Stop 53 changed nothing this test measures; it tried and did not keep two things. A lead never about a
     sibling of the option asked (tune's cross-validated evidence 287 -> 288 of 374; no test figure moved) put
     "NVMe offloading is available only with ZeRO stage 3." second for "Does NVMe offload work with ZeRO-2?".
     398 general glossary terms (tune's Chinese hit@1 0.761 -> 0.779; after every learned part was retrained,
@@ -533,11 +536,11 @@ def test_training_only_unanswerables_are_no_near_copy_of_a_scored_one(engine) ->
 
 def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     """The doctor the front ends call (with retrieval over the real index; `dsqa eval doctor`), measured at
-    landing on the 115 real error logs: test cause right at 1 72.1% of 61 (70.5% without retrieval, the figure
-    tests/test_doctor.py floors), tune 96.3% of 54; the raising line among the first three for 88.5% of the 26
-    test logs deepspeed raises. Stop 54 added the last 14 (err-141..154, threads no set had used; 9 in test),
-    scored before anything was written for them: 8 right (tune 5 of 5, test 3 of 9), which took test from
-    78.8% of 52 to 72.1% of 61. Stop 38 added three batches of tune-only logs (69, 56 and 55; tune-err-137..353),
+    landing on the 120 real error logs: test cause right at 1 73.4% of 64 (71.9% without retrieval, the figure
+    tests/test_doctor.py floors), tune 96.4% of 56; the raising line among the first three for 88.5% of the 26
+    test logs deepspeed raises. Stop 54 added the last 19 (err-141..159, threads no set had used; 12 in test),
+    scored before anything was written for them: 11 right (tune 5 of 7, test 6 of 12), which took test from
+    78.8% of 52 to 73.4% of 64; two sections for the tune misses moved no test log. Stop 38 added three batches of tune-only logs (69, 56 and 55; tune-err-137..353),
     each scored before anything was written for it: 46.4%, 71.4% and 41.7% (48 of the third) cause right; what
     their misses showed (a known text close to a message only when the message holds its names; texts marked
     `(follow-up)`, such as "Error building extension", giving way to the line the log shows earlier; the
@@ -590,7 +593,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     print(results["shipped"]["test"], results["without_retrieval"]["test"])
     shipped, bare = results["shipped"], results["without_retrieval"]
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
-    assert shipped["test"]["cause_at_1"] >= 0.70 and shipped["test"]["source_in_3"] >= 0.85
+    assert shipped["test"]["cause_at_1"] >= 0.71 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
     assert shipped["tune_only"]["logs"] == 616 and shipped["tune_only"]["cause_at_1"] >= 0.89 and shipped["tune_only"]["source_in_3"] >= 0.83
     from app.doctor import diagnose_with
