@@ -14,12 +14,9 @@ from indexer.config_catalogue import deepspeed_version
 from indexer.error_catalogue import ERRORS_FILE, RaisedError, build_error_catalogue, read_error_catalogue
 
 
-def raised_where(frame: tuple[str, str, str], catalogue: tuple[RaisedError, ...]) -> list[RaisedError]:
-    """The catalogue's raising lines a cut-off traceback points at: those of the function its last line
-    calls (in the frame's file first), else those of the frame's own function."""
-    path, function, called = frame
-    inside = sorted((e for e in catalogue if called and e.function == called), key=lambda e: (e.path != path, e.path, e.line))
-    return inside or [e for e in catalogue if e.path == path and e.function == function]
+def catalogue_for(index_dir: Path | None) -> tuple[str, tuple[RaisedError, ...]]:
+    """The version and entries of the index's error catalogue when it has one, else the installed deepspeed's."""
+    return _catalogue(_catalogue_key(index_dir))
 
 
 @lru_cache(maxsize=4)
@@ -40,9 +37,9 @@ def _catalogue_key(index_dir: Path | None) -> str | None:
 
 
 def warm_catalogue(index_dir: Path | None) -> None:
-    """Read and compile the index's error catalogue now (about 2 s on 2 cores), as `diagnose_with` will: a
+    """Read and compile the index's error catalogue now (about 2 s on 2 cores), as a diagnosis will: a
     server's first pasted error does not wait for it."""
-    _compiled(_catalogue(_catalogue_key(index_dir))[1])
+    _compiled(catalogue_for(index_dir)[1])
 
 
 @lru_cache(maxsize=4)
@@ -55,6 +52,59 @@ def _compiled(catalogue: tuple[RaisedError, ...]) -> tuple[tuple[RaisedError, st
             fragment = max((" ".join(p.split()) for p in e.template.split("{}")), key=len)
             out.append((e, fragment, re.compile(e.pattern)))
     return tuple(out)
+
+
+WEAK_EXACT = 0.4  # an exact match whose fixed text is less of the message than this gives way to a close longer one; chosen on the tune logs
+
+
+def _fixed_chars(entry: RaisedError) -> int:
+    """How much of a catalogue message is fixed text (its holes left out)."""
+    return len(entry.template.replace("{}", ""))
+
+
+def exact_matches(message: str, catalogue: tuple[RaisedError, ...]) -> list[RaisedError]:
+    """The entries whose pattern the (whitespace-flattened) message matches, the longest fixed text first;
+    when that is a short generic pattern ("{} does not match {}"), a close longer message reworded across
+    versions (`nearest`) goes before it."""
+    exact = [e for e, fragment, pattern in _compiled(catalogue) if fragment in message and pattern.search(message)]
+    exact.sort(key=lambda e: -_fixed_chars(e))
+    if exact and _fixed_chars(exact[0]) < WEAK_EXACT * len(message):
+        longer = [e for _, e in nearest(message, catalogue) if e not in exact[:1]]
+        exact = longer[:1] + exact
+    return exact
+
+
+# a sentence's end inside a message: where a pasted message is often cut ("The parameter 12 has already been reduced.")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+LEADING_WORDS = 4  # words of fixed text the first sentences need to stand for their message
+_HOLE = r"\s*(.+?)\s*"
+_CLOSING_HOLE = r"\s*(\S+?)"  # a hole that ends the first sentences takes one word, not the sentences after it
+
+
+@lru_cache(maxsize=4)
+def _leading(catalogue: tuple[RaisedError, ...]) -> tuple[tuple[RaisedError, re.Pattern[str]], ...]:
+    """The first sentences of each message that has several, as whole-message patterns."""
+    out = []
+    for e in catalogue:
+        sentences = _SENTENCE_END.split(e.template) if e.pattern else []
+        for k in range(1, len(sentences)):
+            head = " ".join(sentences[:k]).rstrip(".!? ")
+            if len(_WORD.findall(head.replace("{}", " ").lower())) >= LEADING_WORDS:
+                texts = [re.escape(" ".join(t.split())).replace(r"\ ", r"\s+") for t in head.split("{}")]
+                body = _HOLE.join(texts[:-1]) + _CLOSING_HOLE if not texts[-1] else _HOLE.join(texts)
+                out.append((e, re.compile(body + r"[.!?]?")))
+    return tuple(out)
+
+
+def leading_matches(message: str, catalogue: tuple[RaisedError, ...]) -> list[RaisedError]:
+    """Catalogue messages the message is the first sentences of, word for word: a message pasted without
+    the sentences after its first (its words are a small share of the whole, so `nearest` would pass
+    it by for a shorter message that shares most of them)."""
+    found: list[RaisedError] = []
+    for e, pattern in _leading(catalogue):
+        if e not in found and pattern.fullmatch(message.strip()) and (not e.classes or any(c in message for c in e.classes)):
+            found.append(e)
+    return found
 
 
 _WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
@@ -82,58 +132,9 @@ def nearest(message: str, catalogue: tuple[RaisedError, ...], n: int = 3, cutoff
     return sorted(scored, key=lambda s: -s[0])[:n]
 
 
-# a sentence's end inside a message: where a pasted message is often cut ("The parameter 12 has already been reduced.")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
-LEADING_WORDS = 4  # words of fixed text the first sentences need to stand for their message
-
-
-@lru_cache(maxsize=4)
-def _leading(catalogue: tuple[RaisedError, ...]) -> tuple[tuple[RaisedError, re.Pattern[str]], ...]:
-    """The first sentences of each message that has several, as whole-message patterns."""
-    out = []
-    for e in catalogue:
-        sentences = _SENTENCE_END.split(e.template) if e.pattern else []
-        for k in range(1, len(sentences)):
-            head = " ".join(sentences[:k]).rstrip(".!? ")
-            if len(_WORD.findall(head.replace("{}", " ").lower())) >= LEADING_WORDS:
-                fixed = [re.escape(" ".join(t.split())).replace(r"\ ", r"\s+") for t in head.split("{}")]
-                last = r"\s*(\S+?)" if not fixed[-1] else ""  # a closing hole takes one word, not the sentences after it
-                body = r"\s*(.+?)\s*".join(fixed[:-1]) + last if last else r"\s*(.+?)\s*".join(fixed)
-                out.append((e, re.compile(body + r"[.!?]?")))
-    return tuple(out)
-
-
-def leading_matches(message: str, catalogue: tuple[RaisedError, ...]) -> list[RaisedError]:
-    """Catalogue messages the message is the first sentences of, word for word: a message pasted without
-    the sentences after its first (its words are a small share of the whole, so `nearest` would pass
-    it by for a shorter message that shares most of them)."""
-    found: list[RaisedError] = []
-    for e, pattern in _leading(catalogue):
-        if e not in found and pattern.fullmatch(message.strip()) and (not e.classes or any(c in message for c in e.classes)):
-            found.append(e)
-    return found
-
-
-WEAK_EXACT = 0.4  # an exact match whose fixed text is less of the message than this gives way to a close longer one; chosen on the tune logs
-
-
-def _fixed_chars(entry: RaisedError) -> int:
-    """How much of a catalogue message is fixed text (its holes left out)."""
-    return len(entry.template.replace("{}", ""))
-
-
-def catalogue_for(index_dir: Path | None) -> tuple[str, tuple[RaisedError, ...]]:
-    """The version and entries of the index's error catalogue when it has one, else the installed deepspeed's."""
-    return _catalogue(_catalogue_key(index_dir))
-
-
-def exact_matches(message: str, catalogue: tuple[RaisedError, ...]) -> list[RaisedError]:
-    """The entries whose pattern the (whitespace-flattened) message matches, the longest fixed text first;
-    when that is a short generic pattern ("{} does not match {}"), a close longer message reworded across
-    versions (`nearest`) goes before it."""
-    exact = [e for e, fragment, pattern in _compiled(catalogue) if fragment in message and pattern.search(message)]
-    exact.sort(key=lambda e: -_fixed_chars(e))
-    if exact and _fixed_chars(exact[0]) < WEAK_EXACT * len(message):
-        longer = [e for _, e in nearest(message, catalogue) if e not in exact[:1]]
-        exact = longer[:1] + exact
-    return exact
+def raised_where(frame: tuple[str, str, str], catalogue: tuple[RaisedError, ...]) -> list[RaisedError]:
+    """The catalogue's raising lines a cut-off traceback points at: those of the function its last line
+    calls (in the frame's file first), else those of the frame's own function."""
+    path, function, called = frame
+    inside = sorted((e for e in catalogue if called and e.function == called), key=lambda e: (e.path != path, e.path, e.line))
+    return inside or [e for e in catalogue if e.path == path and e.function == function]
