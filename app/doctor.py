@@ -141,7 +141,6 @@ def _in_order(theirs: list[str], words: list[str]) -> int:
     return row[-1]
 
 
-
 KNOWN_SLOTS = 2  # known causes before the catalogue's raising lines
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.catalogue_match import _catalogue, leading_matches
+from app.catalogue_match import catalogue_for, leading_matches
 from app.doctor import diagnose, raised_line
 from app.error_log import extract_error, versions_in
 from indexer.error_catalogue import build_error_catalogue
@@ -153,7 +153,7 @@ def test_a_message_pasted_without_its_later_sentences_is_matched_to_its_line() -
     assert "deepspeed/runtime/zero/stage_1_and_2.py" in result.causes[0].source_url
     assert "the start of this one" in result.causes[0].explanation
     assert "quantized" in diagnose("AssertionError: Parameter has already been quantized.").causes[0].title  # its own line still
-    _, catalogue = _catalogue(None)
+    _, catalogue = catalogue_for(None)
     asked = "The checkpoint being loaded used a DP world size of 8 but the current world size is 16. Is there any way around it"
     assert leading_matches(asked, catalogue) == []
 
