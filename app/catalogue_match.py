@@ -82,17 +82,19 @@ _CLOSING_HOLE = r"\s*(\S+?)"  # a hole that ends the first sentences takes one w
 
 
 @lru_cache(maxsize=4)
-def _leading(catalogue: tuple[RaisedError, ...]) -> tuple[tuple[RaisedError, re.Pattern[str]], ...]:
-    """The first sentences of each message that has several, as whole-message patterns."""
+def _leading(catalogue: tuple[RaisedError, ...]) -> tuple[tuple[RaisedError, str, re.Pattern[str]], ...]:
+    """The first sentences of each message that has several, as whole-message patterns, each with its
+    longest fixed fragment (the cheap `in` test first, as for the exact patterns)."""
     out = []
     for e in catalogue:
         sentences = _SENTENCE_END.split(e.template) if e.pattern else []
         for k in range(1, len(sentences)):
             head = " ".join(sentences[:k]).rstrip(".!? ")
             if len(_WORD.findall(head.replace("{}", " ").lower())) >= LEADING_WORDS:
-                texts = [re.escape(" ".join(t.split())).replace(r"\ ", r"\s+") for t in head.split("{}")]
+                fixed = [" ".join(t.split()) for t in head.split("{}")]
+                texts = [re.escape(t).replace(r"\ ", r"\s+") for t in fixed]
                 body = _HOLE.join(texts[:-1]) + _CLOSING_HOLE if not texts[-1] else _HOLE.join(texts)
-                out.append((e, re.compile(body + r"[.!?]?")))
+                out.append((e, max(fixed, key=len), re.compile(body + r"[.!?]?")))
     return tuple(out)
 
 
@@ -101,8 +103,9 @@ def leading_matches(message: str, catalogue: tuple[RaisedError, ...]) -> list[Ra
     the sentences after its first (its words are a small share of the whole, so `nearest` would pass
     it by for a shorter message that shares most of them)."""
     found: list[RaisedError] = []
-    for e, pattern in _leading(catalogue):
-        if e not in found and pattern.fullmatch(message.strip()) and (not e.classes or any(c in message for c in e.classes)):
+    text = message.strip()
+    for e, fragment, pattern in _leading(catalogue):
+        if e not in found and fragment in text and pattern.fullmatch(text) and (not e.classes or any(c in message for c in e.classes)):
             found.append(e)
     return found
 

@@ -145,15 +145,16 @@ class FittedDecision:
         """Whether each new question is refused: its score below its group's threshold."""
         model = self.model()
         limits = np.array([model.threshold_for(coverage_group(q)) for q in questions])
-        return self.scores(rows, vectors, questions) < limits
+        return self.scores(rows, vectors, questions, model) < limits
 
-    def scores(self, rows: np.ndarray, vectors: np.ndarray, questions: list[str]) -> np.ndarray:
-        """Scores of new questions (coverage rows, base vectors, texts): their memory columns from this fit's."""
+    def scores(self, rows: np.ndarray, vectors: np.ndarray, questions: list[str], model: LinearModel | None = None) -> np.ndarray:
+        """Scores of new questions (coverage rows, base vectors, texts): their memory columns from this fit's.
+        `model`: this fit's `model()` when the caller has built it already."""
         rows = rows.copy()
         rows[:, _BEST] = _resemblance(vectors @ self.memory.T)
         rows[:, _LEANING] = probe_logit(self.probe, vectors.astype(np.float64))
         rows[:, _WORDING] = [self.wording.logit(q) for q in questions]
-        return self.model().score(rows)
+        return (model or self.model()).score(rows)
 
 
 _BEST = COVERAGE_FEATURES.index("refused_best")
