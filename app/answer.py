@@ -28,6 +28,8 @@ MAX_SEGMENTS = 8
 SEMANTIC_WEIGHT = 4.0  # cosine against term overlap when choosing units (chosen on the tune split)
 REPEAT_OVERLAP = 0.8  # a unit sharing this share of its terms with one already quoted adds nothing
 SUPPORT_SHARE = 0.2  # a further unit joins only when it scores at least this share of the lead's (chosen on tune)
+# (after the lead, the units most likely together to hold the answer within the words, a knapsack over the scorer's
+# probabilities, instead of the best first while they fit: tune CV 287 -> 289-290 of 374, under the margin; not kept)
 MISMATCH_PENALTY = 0.5  # a unit about a sibling option of the one asked (bf16 asked, fp16 said)
 # options a question picks one of, whose sentences look alike and say different things
 OPTION_FAMILIES: tuple[dict[str, re.Pattern[str]], ...] = tuple(
