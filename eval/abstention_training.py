@@ -159,7 +159,7 @@ class FittedDecision:
         rows[:, _BEST] = _resemblance(vectors @ self.memory.T)
         rows[:, _LEANING] = probe_logit(self.probe, vectors.astype(np.float64))
         rows[:, _WORDING] = [self.wording.logit(q) for q in questions]
-        return (model or self.model()).score(rows)
+        return (model if model is not None else self.model()).score(rows)
 
 
 _BEST = COVERAGE_FEATURES.index("refused_best")
