@@ -46,12 +46,12 @@ def warm_catalogue(index_dir: Path | None) -> None:
 def _compiled(catalogue: tuple[RaisedError, ...]) -> tuple[tuple[RaisedError, str, re.Pattern[str]], ...]:
     """Each pattern compiled once, with its longest fixed fragment: a cheap `in` test first, so a
     long message is scanned by the few regexes whose fixed text it holds."""
-    out = []
-    for e in catalogue:
-        if e.pattern:
-            fragment = max((" ".join(p.split()) for p in e.template.split("{}")), key=len)
-            out.append((e, fragment, re.compile(e.pattern)))
-    return tuple(out)
+    return tuple((e, max(_fixed_parts(e.template), key=len), re.compile(e.pattern)) for e in catalogue if e.pattern)
+
+
+def _fixed_parts(template: str) -> list[str]:
+    """A message template's fixed texts between its holes, whitespace-flattened as the messages matched are."""
+    return [" ".join(t.split()) for t in template.split("{}")]
 
 
 WEAK_EXACT = 0.4  # an exact match whose fixed text is less of the message than this gives way to a close longer one; chosen on the tune logs
@@ -91,7 +91,7 @@ def _leading(catalogue: tuple[RaisedError, ...]) -> tuple[tuple[RaisedError, str
         for k in range(1, len(sentences)):
             head = " ".join(sentences[:k]).rstrip(".!? ")
             if len(_WORD.findall(head.replace("{}", " ").lower())) >= LEADING_WORDS:
-                fixed = [" ".join(t.split()) for t in head.split("{}")]
+                fixed = _fixed_parts(head)
                 texts = [re.escape(t).replace(r"\ ", r"\s+") for t in fixed]
                 body = _HOLE.join(texts[:-1]) + _CLOSING_HOLE if not texts[-1] else _HOLE.join(texts)
                 out.append((e, max(fixed, key=len), re.compile(body + r"[.!?]?")))

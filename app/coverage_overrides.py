@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from app.answer_shapes import question_kind, status_line
 from app.doctor import diagnose_with, raised_line
 from app.engine import Engine
-from app.error_log import error_message
+from app.error_log import extract_error
 from app.query import (
     SEARCH_WORDS,
     api_names_in,
@@ -92,7 +92,7 @@ def raised_message_line(engine: Engine, question: str, asked: list[str], *, past
     the line took the room of the docs' answer in 2 of the 8 test questions that quote one)."""
     if question_kind(question, asked) != "error":
         return ""
-    if pasted_only and len(error_message(question).split()) < PASTED_SHARE * len(question.split()):
+    if pasted_only and len(extract_error(question)[1].split()) < PASTED_SHARE * len(question.split()):
         return ""  # checked before diagnosing: most covered questions stop here
     index, _ = engine.require()
     return raised_line(diagnose_with(index.path, None, question, engine.settings.notes_dir))

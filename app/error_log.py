@@ -50,7 +50,8 @@ def clean_log(log: str) -> str:
 
 
 def extract_error(log: str) -> tuple[str, str]:
-    """(exception type, message) of the last exception line; a message may run on a few lines."""
+    """(exception type, message) of the error a log ends with, as `diagnose` reads it (without diagnosing):
+    the last exception line, whose message may run on a few lines."""
     return last_error(clean_log(log))
 
 
@@ -91,11 +92,6 @@ def cut_off_frame(text: str) -> tuple[str, str, str] | None:
             calls = _CALL.findall(lines[-1]) if back == 2 else []
             return m.group(1), m.group(2), calls[-1] if calls else ""
     return None
-
-
-def error_message(log: str) -> str:
-    """The message of the error a log ends with, as `diagnose` reads it (without diagnosing)."""
-    return last_error(clean_log(log))[1]
 
 
 def versions_in(log: str) -> dict[str, str]:
