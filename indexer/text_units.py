@@ -21,6 +21,13 @@ _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.)\s+")
 CATALOGUE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \(type (?P<type>[^;]+); default (?P<default>.*?)\)\.\s*(?P<rest>.*)$")
 # `key: [type]` (also *key*, and `section:key` for a nested one)
 _KEY_LINE = re.compile(r"^[`*]?(?P<key>[a-z_][\w.]*(?::[a-z_][\w.]*)*)[`*]?\s*:\s*\[(?P<type>[\w ]+)\]\s*$")
+
+
+def is_key_line(line: str) -> bool:
+    """A config key's own line above its table: `key: [type]` (also *key*, and `section:key`)."""
+    return bool(_KEY_LINE.match(line.strip()))
+
+
 _TABLE_HEADER = re.compile(r"^(?:Reference:\s*)?(?:Fields|Field|Parameter|Description|Value|Key|Name)(?:;\s*\w+)+\s*$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[*])")
 _ABBREVIATION_END = re.compile(r"\b(?:e\.g|i\.e|etc|vs|a\.k\.a|approx|Fig|No)\.$", re.I)
