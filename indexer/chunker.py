@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from indexer.documents import Block, Chunk, Document, Section, Snippet, content_hash
 from indexer.snippet_kinds import classify_snippet
-from indexer.text_units import is_key_line
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"'])")
 
@@ -32,18 +31,6 @@ def render_block(block: Block) -> str:
     return block.text
 
 
-def _leads_on(line: str) -> bool:
-    """A line that only introduces what follows: a config key's `key: [type]` line above its table, or
-    prose ending in a colon ("... accepts the following params:") above its list or table."""
-    return line.rstrip().endswith(":") or is_key_line(line)
-
-
-def _block_leads_on(block: Block) -> bool:
-    """A text block whose last line introduces the next block (`_leads_on`)."""
-    lines = block.text.strip().splitlines() if block.kind == "text" else []
-    return bool(lines) and _leads_on(lines[-1])
-
-
 def _split_prose(text: str, max_words: int) -> list[str]:
     """Split one long prose block at line, then sentence boundaries, into pieces under budget."""
     if words(text) <= max_words:
@@ -58,11 +45,8 @@ def _split_prose(text: str, max_words: int) -> list[str]:
     current: list[str] = []
     for unit in units:
         if current and words("\n".join(current)) + words(unit) > max_words:
-            carried: list[str] = []
-            while len(current) > 1 and _leads_on(current[-1]):  # lead-ins open the next piece
-                carried.insert(0, current.pop())
             pieces.append("\n".join(current))
-            current = carried
+            current = []
         current.append(unit)
     if current:
         pieces.append("\n".join(current))
@@ -70,20 +54,15 @@ def _split_prose(text: str, max_words: int) -> list[str]:
 
 
 def _units(section: Section, budget: ChunkBudget) -> list[list[Block]]:
-    """Group blocks so that each code block stays with the prose just before it, and a block that
-    introduces the next (`_block_leads_on`) with what it introduces (a long one's first piece)."""
+    """Group blocks so that each code block stays with the prose just before it."""
     units: list[list[Block]] = []
     for block in section.blocks:
-        glued = bool(units) and _block_leads_on(units[-1][-1])
-        if block.kind == "code" and units and units[-1][-1].kind in ("text", "code"):
+        if block.kind == "code" and units and units[-1][-1].kind == "text":
+            units[-1].append(block)
+        elif block.kind == "code" and units and units[-1][-1].kind == "code":
             units[-1].append(block)
         elif block.kind == "text" and words(block.text) > budget.max_words:
-            pieces = [[Block(kind="text", text=p)] for p in _split_prose(block.text, budget.max_words)]
-            if glued:
-                units[-1].extend(pieces.pop(0))
-            units.extend(pieces)
-        elif glued:
-            units[-1].append(block)
+            units.extend([[Block(kind="text", text=p)] for p in _split_prose(block.text, budget.max_words)])
         else:
             units.append([block])
     return units

@@ -21,13 +21,6 @@ _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.)\s+")
 CATALOGUE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \(type (?P<type>[^;]+); default (?P<default>.*?)\)\.\s*(?P<rest>.*)$")
 # `key: [type]` (also *key*, and `section:key` for a nested one)
 _KEY_LINE = re.compile(r"^[`*]?(?P<key>[a-z_][\w.]*(?::[a-z_][\w.]*)*)[`*]?\s*:\s*\[(?P<type>[\w ]+)\]\s*$")
-
-
-def is_key_line(line: str) -> bool:
-    """A config key's own line above its table: `key: [type]` (also *key*, and `section:key`)."""
-    return bool(_KEY_LINE.match(line.strip()))
-
-
 _TABLE_HEADER = re.compile(r"^(?:Reference:\s*)?(?:Fields|Field|Parameter|Description|Value|Key|Name)(?:;\s*\w+)+\s*$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[*])")
 _ABBREVIATION_END = re.compile(r"\b(?:e\.g|i\.e|etc|vs|a\.k\.a|approx|Fig|No)\.$", re.I)
@@ -134,10 +127,10 @@ def _row_unit(cells: list[str], key: str | None, header: tuple[str, ...] = ()) -
     return f"{lead}{desc} (default {default})."
 
 
-def text_units(text: str) -> list[Unit]:
-    """The quotable units of a passage, in reading order."""
+def text_units(text: str, key: str | None = None) -> list[Unit]:
+    """The quotable units of a passage, in reading order. `key`: the config key whose `key: [type]` line
+    ended the chunk before (`open_key`), so that the rows of its table, here, keep it."""
     units: list[Unit] = []
-    key: str | None = None
     lone: int | None = None  # the unit a block of one short line without a full stop gave (a caption if a matrix follows)
     for block_no, block in enumerate(re.split(r"\n\s*\n", _FENCE.sub("\n\n", text))):
         # (kind, text, key, header): prose | row | arg | whole (a matrix row read through its header), with the key
@@ -262,8 +255,18 @@ def _finish(unit: str) -> str | None:
     return unit
 
 
+def open_key(text: str) -> str | None:
+    """The config key a chunk ends on: its last line is the key's `key: [type]` line, whose table the
+    chunker's word budget put in the next chunk (15 keys of config-json.md)."""
+    lines = text.rstrip().splitlines()
+    last = _KEY_LINE.match(lines[-1].strip()) if lines else None
+    return last.group("key").replace(":", ".") if last else None
+
+
 def unit_table(chunks: list[Chunk]) -> tuple[list[list[Unit]], np.ndarray]:
-    """Every chunk's units in chunk order, and the offsets of each chunk's rows in the flat list of
-    all units (one per chunk, plus the end)."""
-    per_chunk = [text_units(chunk.text) for chunk in chunks]
+    """Every chunk's units in chunk order (a chunk of a page goes on with the key its page's previous chunk
+    ended on, `open_key`), and the offsets of each chunk's rows in the flat list of all units (one per
+    chunk, plus the end)."""
+    per_chunk = [text_units(chunk.text, open_key(before.text) if i and (before := chunks[i - 1]).path == chunk.path else None)
+                 for i, chunk in enumerate(chunks)]
     return per_chunk, np.cumsum([0] + [len(u) for u in per_chunk]).astype(np.int64)

@@ -350,6 +350,21 @@ def test_a_table_row_keeps_the_key_above_it_when_a_block_names_several() -> None
     assert not any(u.startswith("`reduce_bucket_size`: Uses reduce") for u in units)
 
 
+def test_a_table_row_keeps_the_key_line_that_ended_the_chunk_before() -> None:
+    """The chunker's word budget cut 15 keys of config-json.md from their tables: one chunk ended on
+    "managed_gradient_accumulation: [boolean]" and the next began with its table, whose row was quoted
+    without a name. The next chunk of the same page goes on with that key; another page's does not."""
+    def chunk(text: str, path: str = "docs/_pages/config-json.md") -> Chunk:
+        return Chunk(id=str(hash(text)), text=text, path=path, url="u", title="t", heading="h", trail=("t",), source="docs")
+
+    row = "Description; Default\nControls how gradient accumulation boundaries are managed.; `true`"
+    before = chunk("Number of training steps to accumulate gradients.; `1`\n\nmanaged_gradient_accumulation: [boolean]")
+    per_chunk, offsets = unit_table([before, chunk(row), chunk(row, path="other.md")])
+    assert [u.text for u in per_chunk[1]] == ["`managed_gradient_accumulation`: Controls how gradient accumulation boundaries are managed (default `true`)."]
+    assert [u.text for u in per_chunk[2]] == ["Controls how gradient accumulation boundaries are managed (default `true`)."]
+    assert list(offsets) == [0, len(per_chunk[0]), len(per_chunk[0]) + 1, len(per_chunk[0]) + 2]
+
+
 def test_a_docstring_argument_keeps_its_name_and_default() -> None:
     """An argument list's lines were joined as prose, so each "Defaults to x." opened the next argument's
     sentence ("Defaults to 1234. partition_method (str, optional): ...") and left its own name behind."""

@@ -74,22 +74,6 @@ def test_chunker_budget_keeps_code_with_its_prose() -> None:
     assert holder.url == "https://x/#h"
 
 
-
-def test_chunker_keeps_a_lead_in_with_what_it_introduces() -> None:
-    """A config key's `key: [type]` line stays with its table and prose ending in a colon with its list,
-    also when the budget would close the chunk between them (config-json.md lost 15 keys that way)."""
-    para = " ".join(["word"] * 95)
-    table = "Description; Default\nControls how gradient accumulation boundaries are managed.; `true`"
-    items = "\n".join(f"- `knob_{i}`: what knob {i} does to the run" for i in range(40))  # one block over budget
-    blocks = [Block("text", para), Block("text", "managed_gradient_accumulation: [boolean]"), Block("text", table),
-              Block("text", para), Block("text", "It accepts the following params:"), Block("text", items)]
-    chunks, _ = chunk_document(_doc(blocks), ChunkBudget(max_words=100))
-    holder = next(c for c in chunks if "Controls how gradient" in c.text)
-    assert "managed_gradient_accumulation: [boolean]\n\nDescription; Default" in holder.text
-    assert "It accepts the following params:\n\n- `knob_0`" in next(c for c in chunks if "knob_0" in c.text).text
-    assert not any(c.text.rstrip().endswith((":", "[boolean]")) for c in chunks)
-    assert sum("knob_39" in c.text for c in chunks) == 1 and "knob_39" not in holder.text
-
 def test_long_paragraph_split_at_sentences() -> None:
     sentence = "DeepSpeed partitions optimizer states across ranks. "
     chunks, _ = chunk_document(_doc([Block("text", sentence * 60)]), ChunkBudget(max_words=100))

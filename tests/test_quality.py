@@ -66,11 +66,7 @@ def scores(engine, dev_questions: Path) -> dict[str, dict]:
 
 
 def test_floors_on_the_test_split(scores: dict[str, dict]) -> None:
-    """Measured at stop 56, after the chunker kept a config key's `key: [type]` line and a lead-in ending in a
-    colon with the table or list they introduce (15 keys of config-json.md had been cut from their rows) and every
-    learned part retrained: hit@1 0.709, hit@5 0.914, MRR@10 0.795, zh hit@5 0.900 (tune, cross-fitted: hit@1
-    0.743 -> 0.749, MRR@10 0.821 -> 0.824; two test questions about memory.rst's estimator left the top five).
-    Measured at stop 50, after index fixes (a config table row keeps the key line above it; the catalogue's
+    """Measured at stop 50, after index fixes (a config table row keeps the key line above it; the catalogue's
     docs reference stops at the next `***name***` entry; lead-ins to code dropped as units; two new notes) and
     every learned part retrained: hit@1 0.715, hit@5 0.920, MRR@10 0.800, zh hit@5 0.910. Measured at stop 49, with passages grown past their section into its subsections and then the section
     that holds it, up to 350 words (`RetrievalOptions.passage_scopes`; chosen on tune's cross-validated ranker,
