@@ -99,9 +99,24 @@ def asks_unknowable(question: str) -> bool:
     return bool(_UNKNOWABLE.search(question))
 
 
-# Chinese words that only shape the ask ("what does it mean / do"): the glossary expands them for the
-# search, but they name nothing a reader needs translated
-QUESTION_WORDS_ZH = frozenset({"意思", "含义", "作用", "如何"})
+# Chinese words of a question's phrasing ("what does it mean / do", why, how to configure, cannot get, two
+# machines, model, default...): the glossary expands them for the search, but they name nothing a reader needs
+# translated, so an answer's terms line (`app/ask.terms_line`) leaves them out
+QUESTION_WORDS_ZH = frozenset((
+    "为什么 如何 怎么配置 干什么用 是干什么 作用 意思 含义 用法 示例 例子 教程 文档 "
+    "官方文档 原理 区别 对比 相比 推荐 建议 经验 最佳实践 选择 优缺点 注意事项 临时方案 "
+    "绕过 完整 完整的 整体 拿到 拿不到 取出 是空的 为空 训完 训练完 推出来 合成一个 "
+    "合并成 放进 设成 影响 全部 当前 提前 叠加 时机 不生效 生效 跑不起来 速度慢 没反应 "
+    "卡着不动 无响应 台机器 两台机器 显示器 模型 训练 数据 支持 不支持 不同 相同 同一 "
+    "一致 原因 导致 解决 修复 方法 方案 过程 步骤 流程 情况 场景 条件 前提 限制 直接 "
+    "现成 自带 官方 手动 手工 继续 重新 显示 识别 退出 次数 最优 减半 额外 调用 指定 "
+    "默认 代码 命令 输出 输入 本地 更新 自定义 模式 时间 范围 变化 改变 修改 删除 添加 "
+    "增加 减少 提高 提升 降低 下降 上升 升高 一直 频繁 处理 保留 最大 最小 分钟 创建 "
+    "临时 要求 效果 稳定 不稳定 震荡 报告 统计 提交 地址 机器 单机 脚本 文件 路径 函数 "
+    "类 对象 属性 变量 返回 返回值 警告 失败 成功 重复 替换 包 模块 子模块 形状 维度 "
+    "跳过 估计 分析 机制 进度 循环 执行 全局 占用 上限 下限 等价 替代 代替 差异 价值 "
+    "策略 指令 文本 图像 视频 视觉 资源 作业 队列 结构 规模 "
+).split())
 
 # the words of a question that asks only what a config key is, does or defaults to
 _DEFINING_EN = frozenset(

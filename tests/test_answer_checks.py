@@ -531,3 +531,7 @@ def test_chinese_answers_name_the_terms_they_matched() -> None:
     asked = Glossary({"意思": "meaning", "作用": "purpose what does it do", "显存": "gpu memory"})
     assert terms_line(asked, "overlap_comm 是什么意思？") == ""  # words that only shape the ask are not terms
     assert terms_line(asked, "显存参数的作用") == "术语：显存 → gpu memory\n"
+    # a question's phrasing (why, cannot get, model...) is expanded for the search but never shown as a term
+    phrasing = Glossary({"为什么": "why", "拿不到": "cannot get cannot access", "模型": "model", "梯度裁剪": "gradient clipping gradient_clipping"})
+    assert terms_line(phrasing, "为什么模型的梯度裁剪拿不到？") == "术语：梯度裁剪 → gradient clipping gradient_clipping\n"
+    assert terms_line(phrasing, "为什么模型拿不到？") == ""
