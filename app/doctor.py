@@ -37,6 +37,9 @@ _HANG = re.compile(r"\b(?:hangs?|hung|hanging|stuck|freez(?:es|ing)|froze|frozen
                    r"\(most recent call first\)", re.I)
 _PATH = re.compile(r"\S*/\S*")
 HANG_SLOTS = 2  # known causes of a stall put first for a log that only says it hangs
+# the batch assertion with its figures: "... world_size 32 != 4 * 2 * 8"
+_BATCH_FIGURES = re.compile(r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s+"
+                            r"(\d+)\s*!=\s*(\d+)\s*\*\s*(\d+)\s*\*\s*(\d+)")
 
 
 @dataclass
@@ -211,11 +214,32 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     if not causes:
         causes = [Cause("no DeepSpeed error recognised", "the message is not one the installed deepspeed raises, and no passage matched",
                         "paste the traceback's last lines (the exception and its message), or ask the question in words")]
+    if figures := batch_figures(flat):
+        causes[0].fix = f"{figures} {causes[0].fix}"
     causes += benign[:1]
     if seen.get("deepspeed") and seen["deepspeed"] != version:
         for cause in causes:
             cause.explanation += f"; note: the log is from deepspeed {seen['deepspeed']}, the catalogue from {version}"
     return Diagnosis(error, seen, matched, causes)
+
+
+def batch_figures(message: str) -> str:
+    """For the batch assertion, the arithmetic on the log's own figures: the product the three values give
+    and each single value that would make them agree ("" for any other message)."""
+    m = _BATCH_FIGURES.search(message)
+    if m is None:
+        return ""
+    total, micro, accum, world = (int(g) for g in m.groups())
+    if min(micro, accum, world) < 1:
+        return ""
+    product = micro * accum * world
+    ways = [f"`train_batch_size` {product}"]
+    for key, other in (("gradient_accumulation_steps", micro * world), ("train_micro_batch_size_per_gpu", accum * world)):
+        if total >= other and total % other == 0:
+            ways.append(f"`{key}` {total // other}")
+    one = " If the run has more than one GPU, the world size of 1 is what is wrong, not the values." if world == 1 else ""
+    return (f"On this log's figures, {micro} (micro batch) x {accum} (accumulation steps) x {world} (GPUs) = {product}, "
+            f"not {total}: any one of these makes them agree: {', or '.join(ways)}.{one} In general:")
 
 
 def stall_causes(known: tuple[KnownCause, ...], text: str) -> list[tuple[KnownCause, str]]:

@@ -421,3 +421,18 @@ def test_a_diagnosis_from_an_index_names_its_catalogue_version_without_importing
     assert url.startswith("https://github.com/deepspeedai/DeepSpeed/blob/v0.17.1/deepspeed/runtime/zero/stage_1_and_2.py#L900")
     assert "(deepspeed 0.17.1)" in explanation and "the catalogue from 0.17.1" in explanation
     assert imported is False
+
+
+def test_the_batch_assertion_is_worked_out_on_the_log_s_own_figures() -> None:
+    """"32 != 4 * 2 * 8": the fix says what the product is and which single value makes the three agree."""
+    from app.doctor import batch_figures
+
+    log = ("[rank0]: AssertionError: Check batch related parameters. train_batch_size is not equal to "
+           "micro_batch_per_gpu * gradient_acc_step * world_size 32 != 4 * 2 * 8")
+    fix = diagnose(log).causes[0].fix
+    assert fix.startswith("On this log's figures, 4 (micro batch) x 2 (accumulation steps) x 8 (GPUs) = 64, not 32")
+    assert "`train_batch_size` 64, or `gradient_accumulation_steps` 1, or `train_micro_batch_size_per_gpu` 2." in fix
+    odd = batch_figures("train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 30 != 4 * 2 * 8")
+    assert "`train_batch_size` 64." in odd and "gradient_accumulation_steps` " not in odd  # 30 is no multiple of 32 or 16
+    assert "world size of 1 is what is wrong" in batch_figures(log.replace("* 8", "* 1"))
+    assert batch_figures("AssertionError: something else 32 != 4 * 2 * 8") == ""
