@@ -146,14 +146,14 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
             if not line:
                 continue
             entry = CATALOGUE_ENTRY.match(line)
-            key_line = _KEY_LINE.match(line)
+            key_line = _line_key(line)
             key_row = _KEY_ROW.match(line)
             if key_row:  # `key: [type]; description; default` on one line
                 key = key_row.group("key")
                 items.append(("row", key_row.group("rest"), key, header))
                 continue
             if key_line:
-                key = key_line.group("key").replace(":", ".")
+                key = key_line
                 continue
             if entry:
                 key = entry.group("key")
@@ -255,12 +255,17 @@ def _finish(unit: str) -> str | None:
     return unit
 
 
+def _line_key(line: str) -> str | None:
+    """The key of a `key: [type]` line (`section:key` read as `section.key`), else None."""
+    m = _KEY_LINE.match(line.strip())
+    return m.group("key").replace(":", ".") if m else None
+
+
 def open_key(text: str) -> str | None:
     """The config key a chunk ends on: its last line is the key's `key: [type]` line, whose table the
     chunker's word budget put in the next chunk (15 keys of config-json.md)."""
     lines = text.rstrip().splitlines()
-    last = _KEY_LINE.match(lines[-1].strip()) if lines else None
-    return last.group("key").replace(":", ".") if last else None
+    return _line_key(lines[-1]) if lines else None
 
 
 def unit_table(chunks: list[Chunk]) -> tuple[list[list[Unit]], np.ndarray]:
