@@ -184,7 +184,12 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
     order = [int(i) for i in np.argsort(-scores, kind="stable")]
     best = next((cands[i] for i in order if cands[i].source.n == lead_from), cands[order[0]])
     same = [c for c in cands if c.source.n == best.source.n]
-    lead = [best.unit.text]
+    before = next((c for c in same if c.position == best.position - 1 and c.unit.block == best.unit.block), None)
+    if (before is not None and _LEANS_BACK.match(best.unit.text)
+            and len(before.unit.text.split()) + len(best.unit.text.split()) <= LEAD_WORDS):
+        lead = [before.unit.text, best.unit.text]  # "This ..." reads after what it points back to
+    else:
+        lead = [best.unit.text]
     for c in same:  # the units after the best one in the same block read on (the "because ..." sentence)
         if c.position > best.position and c.unit.block == best.unit.block and len(lead) < LEAD_UNITS:
             if any(_overlap(c.unit.text, u, both=True) >= REPEAT_OVERLAP for u in lead) or _restates(c.unit.text, _said(lead)):
@@ -212,6 +217,9 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
     return " ".join(f"{text} [{n}]" for text, n in parts)
 
 
+# a sentence that opens by pointing back at the one before it ("This ...", "However, ...", "In that case ...")
+_LEANS_BACK = re.compile(r"^(?:This|These|That|Those|It|Its|They|Their|Such|However|Therefore|Thus|Hence|So|Also|In this case|"
+                         r"In that case|In addition|Moreover|Otherwise|Then|Here|Both)\b")
 _KEY_LEAD = re.compile(r"^`[^`]+`(?: \([^)]*\))?:\s*")
 _DEFAULT_TAIL = re.compile(r"\s*\(default [^)]*\)\.?$")
 

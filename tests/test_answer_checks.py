@@ -421,6 +421,17 @@ def test_composed_answer_leads_with_the_best_unit_and_reads_on() -> None:
     assert extractive_answer("how does stage 3 partition the parameters", [first, second], sims).startswith("Offloading the optimizer")
 
 
+def test_a_lead_that_points_back_reads_after_the_sentence_it_points_to() -> None:
+    """A best unit opening with "However," or "This" follows the unit before it in the same block."""
+    text = ("The deepspeed launcher reads the hostfile to find the nodes. However, with --no_ssh it launches "
+            "only the local node and each node runs the command itself.\n\nUnrelated words about logging here.")
+    sims = np.array([0.1, 0.9, 0.0])  # the encoder prefers the "However" sentence
+    lead = segments(extractive_answer("how does no_ssh launch nodes", [Source(1, "Launcher", "Hosts", text)], sims))[0]
+    assert lead.startswith("The deepspeed launcher reads the hostfile to find the nodes. However, with --no_ssh")
+    alone = "However, with --no_ssh it launches only the local node.\n\nThe hostfile lists the nodes."  # first of its block
+    assert segments(extractive_answer("how does no_ssh launch nodes", [Source(1, "Launcher", "Hosts", alone)], np.array([0.9, 0.1])))[0].startswith("However")
+
+
 def _lead(question: str, section: str, text: str) -> str:
     """The first segment of the answer from one config passage."""
     return segments(extractive_answer(question, [Source(1, f"DeepSpeed config: {section}", section, text)]))[0]
