@@ -181,9 +181,10 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
     if not cands:
         return ""
     max_words = ANSWER_WORDS if max_words is None else max_words
-    order = [int(i) for i in np.argsort(-scores, kind="stable")]
+    scores = _fuller_rows_stand_in(cands, scores)
+    order = [int(i) for i in np.argsort(-scores, kind="stable") if np.isfinite(scores[i])]
     best = next((cands[i] for i in order if cands[i].source.n == lead_from), cands[order[0]])
-    same = [c for c in cands if c.source.n == best.source.n]
+    same = [c for i, c in enumerate(cands) if c.source.n == best.source.n and np.isfinite(scores[i])]
     before = next((c for c in same if c.position == best.position - 1 and c.unit.block == best.unit.block), None)
     if (before is not None and _LEANS_BACK.match(best.unit.text)
             and len(before.unit.text.split()) + len(best.unit.text.split()) <= LEAD_WORDS):
@@ -215,6 +216,28 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
         said = f"{said} {_plain(c.unit.text)}"
         words += len(c.unit.text.split())
     return " ".join(f"{text} [{n}]" for text, n in parts)
+
+
+_BARE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \([^()]*\bdefault [^()]*\)\.$")  # "`a.b` (int, default 0)." and no more
+
+
+def _fuller_rows_stand_in(cands: list[Candidate], scores: np.ndarray) -> np.ndarray:
+    """A key's bare catalogue entry (its type and default, nothing else) gives way to a unit on the same key
+    that also says what it does (the docs' row, "`a.b`: ... (default `0`)"), which takes the better of the
+    two scores: quoting both says the key and its default twice."""
+    bare = {i: m.group("key") for i, c in enumerate(cands) if (m := _BARE_ENTRY.match(c.unit.text))}
+    if not bare:
+        return scores
+    fuller: dict[str, int] = {}
+    for i, c in enumerate(cands):
+        if i not in bare and (m := _KEY_LEAD.match(c.unit.text)) and _row_core(c.unit.text):
+            fuller.setdefault(m.group(0).split("`")[1], i)
+    out = scores.astype(np.float64, copy=True)
+    for i, key in bare.items():
+        if (j := fuller.get(key)) is not None:
+            out[j] = max(out[j], out[i])
+            out[i] = -np.inf
+    return out
 
 
 # a sentence that opens by pointing back at the one before it ("This ...", "However, ...", "In that case ...")
@@ -331,12 +354,18 @@ def keys_named(text: str, facts: dict[str, tuple[str, str]]) -> list[str]:
     return keys
 
 
+def _states_default(key: str, answer: str) -> bool:
+    """The answer quotes the key's catalogue entry ("`a.b` (int, default 0)") or a row that gives its
+    default ("`a.b`: what it does (default `0`)")."""
+    return f"`{key}` (" in answer or re.search(rf"`{re.escape(key)}`: [^\[\n]*\(default ", answer) is not None
+
+
 def config_line(question: str, answer: str, facts: dict[str, tuple[str, str]], limit: int = CONFIG_KEYS) -> str:
     """'Config: `a.b` (int, default 0); ...' for the keys the question names, then those the answer
     quotes; '' when there are none."""
-    asked = keys_named(question, facts)  # always first: the line a reader of a key question looks for
-    # then the answer's keys, but not those whose catalogue entry it quotes already
-    keys = asked + [k for k in keys_named(answer, facts) if k not in asked and f"`{k}` (" not in answer]
+    asked = keys_named(question, facts)  # first: the line a reader of a key question looks for
+    # then the answer's keys; none whose catalogue entry or table row, default and all, the answer quotes already
+    keys = [k for k in dict.fromkeys(asked + keys_named(answer, facts)) if not _states_default(k, answer)]
     if not keys:
         return ""
     return "Config: " + "; ".join(f"`{k}` ({facts[k][0]}, default {facts[k][1]})" for k in keys[:limit]) + "."

@@ -30,6 +30,7 @@ _RST_DIRECTIVE = re.compile(r"^\.\. (\w+)::\s*")
 _KEY_ROW = re.compile(r"^`?(?P<key>[a-z_][\w.]*)`?\s*:\s*\[(?P<type>[\w ]+)\];\s*(?P<rest>.+)$")
 _VALUE = re.compile(r"^(?:`[^`]*`|-?\d[\w.]*|true|false|none|null|n/a|\{\}|\[\])\.?$", re.I)
 _CLOSED = re.compile(r"""[.!?)\]"'`*]$""")
+_STARTS_ANEW = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ`")
 # a unit that ends on one of these words without punctuation runs on into code or a list it lacks
 _RUNS_ON = frozenset("""a an the to of in on by with using use via call calls run runs set add as at for from
     following below like specifying specify and or is are be either then into this these""".split())
@@ -141,10 +142,13 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
         header: tuple[str, ...] = ()  # the header's cells
         matrix: tuple[str, ...] = ()  # a matrix's header cells ("ZeRO stage; bf16_optimizer_states=False; ...=True")
         caption: int | None = None  # the item a lone short line without a full stop began (a table's caption)
+        broke = False  # the line before ended in Markdown's hard break (a lone backslash)
         for raw in block.splitlines():
             line = _RST_DIRECTIVE.sub(lambda m: f"{m.group(1).capitalize()}: ", _LINK.sub(r"\1", raw.strip()))
             if not line:
                 continue
+            after_break, broke = broke, line.endswith("\\") and not line.endswith("\\\\")
+            line = line.removesuffix("\\").rstrip() if broke else line
             entry = CATALOGUE_ENTRY.match(line)
             key_line = _line_key(line)
             key_row = _KEY_ROW.match(line)
@@ -198,7 +202,10 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
                 items.append(("prose", _LIST_ITEM.sub("", line), key, header))
                 caption = None
             elif items and items[-1][0] in ("prose", "arg"):
-                items[-1] = (items[-1][0], f"{items[-1][1]} {line}", items[-1][2], items[-1][3])  # a wrapped line continues the item
+                # a wrapped line continues the item; after a hard break, a line that starts anew reads as what the
+                # line before introduced ("Install DeepSpeed \\" then "`pip install deepspeed`")
+                joint = ": " if after_break and not items[-1][1].endswith((".", "!", "?", ":")) and line[:1] in _STARTS_ANEW else " "
+                items[-1] = (items[-1][0], f"{items[-1][1]}{joint}{line}", items[-1][2], items[-1][3])
                 caption = None
             else:
                 items.append(("prose", line, key, header))

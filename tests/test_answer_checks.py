@@ -275,6 +275,21 @@ def test_text_units_are_whole() -> None:
     assert [u.text for u in per_chunk[0]] == units and offsets.tolist() == [0, len(units)]
 
 
+def test_a_markdown_hard_break_is_no_part_of_the_sentence() -> None:
+    """A line ending in a lone backslash (Markdown's hard break) once kept it: "Install DeepSpeed \\ `pip install
+    deepspeed`". A line that starts anew after it reads as what the line before introduced; a lower-case one
+    goes on with the sentence; a backslash inside a line (LaTeX) stays."""
+    text = ("Install DeepSpeed \\\n`pip install deepspeed`\n\n"
+            "Install PyTorch with XPU support \\\nInstall the XPU variant from the PyTorch repository.\n\n"
+            "Throughput for step 3 of the pipeline (the most time \\\nconsuming portion) on one node.\n\n"
+            "The chunks are written where $\\ i\\ \\in \\ 0,1$ as the figure shows for them.")
+    units = [u.text for u in text_units(text)]
+    assert units[:3] == ["Install DeepSpeed: `pip install deepspeed`",
+                         "Install PyTorch with XPU support: Install the XPU variant from the PyTorch repository.",
+                         "Throughput for step 3 of the pipeline (the most time consuming portion) on one node."]
+    assert "\\ i\\" in units[3]
+
+
 def test_text_units_keep_what_a_reader_needs() -> None:
     text = (
         "DeepSpeed supports CPU with Intel Architecture instruction set.\n\n"
@@ -481,6 +496,23 @@ def test_config_line_names_the_keys_with_type_and_default() -> None:
     line = config_line("how to pin memory with pin_memory", "Use `zero_optimization.stage` 3 [1]", facts)
     assert line == "Config: `zero_optimization.offload_optimizer.pin_memory` (bool, default False); `zero_optimization.stage` (ZeroStageEnum, default 0)."
     assert config_line("q", "`gradient_accumulation_steps` (int, default 1): steps [1]", facts) == ""  # already quoted
+    # a key the question names is not repeated when the answer quotes its row, default and all
+    row = "`zero_optimization.offload_optimizer.pin_memory`: Pin the host memory (default `false`). [1]"
+    assert config_line("what does pin_memory do", row, facts) == ""
+    assert config_line("what does pin_memory do", "Pinned memory is faster. [1]", facts).startswith("Config: `zero_optimization.offload")
+
+
+def test_a_bare_catalogue_entry_gives_way_to_the_row_that_says_what_the_key_does() -> None:
+    """"`gradient_clipping` (float, default 1.0). `gradient_clipping`: Enable gradient clipping with value
+    (default `1.0`)." said the key and its default twice: the bare entry's score goes to the fuller row."""
+    text = ("`gradient_clipping` (type float; default 1.0).\n\n"
+            "Reference: Description; Default\ngradient_clipping; Enable gradient clipping with value; `1.0`\n\n"
+            "Clipping runs inside the engine step on every rank.")
+    src = Source(1, "DeepSpeed config: gradient_clipping", "gradient_clipping", text)
+    sims = np.array([0.9, 0.5, 0.1])  # the encoder prefers the bare entry
+    answer = extractive_answer("gradient clipping default", [src], sims)
+    assert answer.startswith("`gradient_clipping`: Enable gradient clipping with value (default `1.0`).")
+    assert "(float, default 1.0)" not in answer and answer.count("default") == 1
 
 
 def test_key_facts_read_back_what_the_catalogue_writes() -> None:
