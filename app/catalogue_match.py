@@ -62,11 +62,24 @@ def _fixed_chars(entry: RaisedError) -> int:
     return len(entry.template.replace("{}", ""))
 
 
+# a message that goes on to the left of where a line's fixed text starts, within its sentence, is another
+# message that holds those words: Python's own "tuple index out of range" is not deepspeed's "index out of
+# range", nor "partially initialized module 'x' has no attribute 'y'" its "module {} has no attribute {}"
+_WORDS_BEFORE = re.compile(r"[A-Za-z]\s+$")
+
+
+def _inside_another(entry: RaisedError, message: str) -> bool:
+    """The line's whole message is in this one, but as the end of a longer sentence (`_WORDS_BEFORE`)."""
+    m = re.search(entry.pattern, message) if entry.pattern else None
+    return m is not None and _WORDS_BEFORE.search(message, 0, m.start()) is not None
+
+
 def exact_matches(message: str, catalogue: tuple[RaisedError, ...]) -> list[RaisedError]:
     """The entries whose pattern the (whitespace-flattened) message matches, the longest fixed text first;
     when that is a short generic pattern ("{} does not match {}"), a close longer message reworded across
     versions (`nearest`) goes before it."""
-    exact = [e for e, fragment, pattern in _compiled(catalogue) if fragment in message and pattern.search(message)]
+    exact = [e for e, fragment, pattern in _compiled(catalogue)
+             if fragment in message and (m := pattern.search(message)) and not _WORDS_BEFORE.search(message, 0, m.start())]
     exact.sort(key=lambda e: -_fixed_chars(e))
     if exact and _fixed_chars(exact[0]) < WEAK_EXACT * len(message):
         longer = [e for _, e in nearest(message, catalogue) if e not in exact[:1]]
@@ -130,7 +143,7 @@ def nearest(message: str, catalogue: tuple[RaisedError, ...], n: int = 3, cutoff
             continue
         if len(theirs) >= 3:
             score = len(words & theirs) / len(theirs | words) ** 0.5 / len(theirs) ** 0.5
-            if score >= cutoff:
+            if score >= cutoff and not _inside_another(entry, message):
                 scored.append((score, entry))
     return sorted(scored, key=lambda s: -s[0])[:n]
 

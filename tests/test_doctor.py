@@ -143,6 +143,19 @@ def test_a_short_generic_pattern_gives_way_to_a_longer_message_reworded_across_v
     assert result.matched == "exact" and "deepspeed/ops/op_builder/builder.py" in result.causes[0].source_url, result.to_json()
 
 
+def test_python_s_own_message_that_ends_in_a_deepspeed_message_is_not_that_line() -> None:
+    """deepspeed's indexed dataset raises IndexError("index out of range"); Python's "tuple index out of range"
+    holds those words as the end of its own sentence and once matched that line exactly (three tune-only logs,
+    none of them from that dataset), as "partially initialized module 'x' has no attribute 'y'" (a circular
+    import) holds "module {} has no attribute {}". Neither is the line, exactly or by its words."""
+    own = diagnose("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\nIndexError: tuple index out of range")
+    assert not any("indexed_dataset.py" in c.source_url for c in own.causes), own.to_json()
+    theirs = diagnose("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\nIndexError: index out of range")
+    assert theirs.matched == "exact" and "indexed_dataset.py" in theirs.causes[0].source_url, theirs.to_json()
+    circular = diagnose("AttributeError: partially initialized module 'torch' has no attribute 'cuda' (most likely due to a circular import)")
+    assert not any(c.title.startswith("AttributeError: module {}") for c in circular.causes), circular.to_json()
+
+
 def test_a_message_pasted_without_its_later_sentences_is_matched_to_its_line() -> None:
     """Only the first sentence of ZeRO's "already been reduced" assertion (its other two sentences cut):
     before, `nearest` took a shorter message that shares most of its words ("Parameter has already been
