@@ -363,9 +363,9 @@ def _states_default(key: str, answer: str) -> bool:
 def config_line(question: str, answer: str, facts: dict[str, tuple[str, str]], limit: int = CONFIG_KEYS) -> str:
     """'Config: `a.b` (int, default 0); ...' for the keys the question names, then those the answer
     quotes; '' when there are none."""
-    asked = keys_named(question, facts)  # first: the line a reader of a key question looks for
-    # then the answer's keys; none whose catalogue entry or table row, default and all, the answer quotes already
-    keys = [k for k in dict.fromkeys(asked + keys_named(answer, facts)) if not _states_default(k, answer)]
+    asked = keys_named(question, facts)  # always first: the line a reader of a key question looks for
+    # then the answer's keys, but not those whose catalogue entry or table row, default and all, it quotes already
+    keys = asked + [k for k in keys_named(answer, facts) if k not in asked and not _states_default(k, answer)]
     if not keys:
         return ""
     return "Config: " + "; ".join(f"`{k}` ({facts[k][0]}, default {facts[k][1]})" for k in keys[:limit]) + "."

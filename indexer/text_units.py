@@ -125,7 +125,10 @@ def _row_unit(cells: list[str], key: str | None, header: tuple[str, ...] = ()) -
         return ""
     desc = _SHOWN_BELOW.sub("", desc).strip().rstrip(".")
     lead = f"`{full}`: " if full else ""
-    return f"{lead}{desc} (default {default})."
+    # a table whose last column is "Example" ("Value; Example", "Fields; Value; Example") gives a value one
+    # might set, not the default: `train_batch_size`'s 32 is no default of deepspeed's
+    said = "for example" if header and header[-1] == "Example" and default == cells[-1] else "default"
+    return f"{lead}{desc} ({said} {default})."
 
 
 def text_units(text: str, key: str | None = None) -> list[Unit]:

@@ -266,7 +266,7 @@ def test_text_units_are_whole() -> None:
     assert units[1] == "It needs e.g. more memory."  # no split after an abbreviation
     assert "The first item wraps over two lines." in units and "`overlap_comm` overlaps the gradient reduction." in units
     assert "`wandb.group`: Name for the WandB group. This can be used to group together runs (default `None`)." in units
-    assert "`train_batch_size`: The effective training batch size (default `32`)." in units
+    assert "`train_batch_size`: The effective training batch size (for example `32`)." in units  # an Example column, no default
     joined = " ".join(units)
     for gone in ("deepspeed.initialize(", "init_inference, call", "0x7f", "Figure 2", "example below"):
         assert gone not in joined, gone
@@ -496,10 +496,11 @@ def test_config_line_names_the_keys_with_type_and_default() -> None:
     line = config_line("how to pin memory with pin_memory", "Use `zero_optimization.stage` 3 [1]", facts)
     assert line == "Config: `zero_optimization.offload_optimizer.pin_memory` (bool, default False); `zero_optimization.stage` (ZeroStageEnum, default 0)."
     assert config_line("q", "`gradient_accumulation_steps` (int, default 1): steps [1]", facts) == ""  # already quoted
-    # a key the question names is not repeated when the answer quotes its row, default and all
+    # a key only the answer names is left out when the answer quotes its row, default and all; one the
+    # question names always leads (the line a reader of a key question looks for)
     row = "`zero_optimization.offload_optimizer.pin_memory`: Pin the host memory (default `false`). [1]"
-    assert config_line("what does pin_memory do", row, facts) == ""
-    assert config_line("what does pin_memory do", "Pinned memory is faster. [1]", facts).startswith("Config: `zero_optimization.offload")
+    assert config_line("how do I offload", row, facts) == ""
+    assert config_line("what does pin_memory do", row, facts).startswith("Config: `zero_optimization.offload_optimizer.pin_memory`")
 
 
 def test_a_bare_catalogue_entry_gives_way_to_the_row_that_says_what_the_key_does() -> None:
