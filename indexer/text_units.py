@@ -44,6 +44,9 @@ _CODE_SPAN = re.compile(r"`[^`]*`")
 # keys is illustrated below.")
 _SHOWN_BELOW = re.compile(r"(?<![^.!?\s])\s*[A-Z][^.!?]*\b(?:is|are) (?:illustrated|shown|given|listed) below\.", re.M)
 # a statement before a colon whose object is what follows ("... you can do:", "... takes the form:")
+_AS_FOLLOWS = re.compile(r"\s+(?:as follows|as shown below|like so)\s*\.$", re.I)  # points at code the unit does not hold
+_POINTER = re.compile(r"\s*\((?:see|shown|as shown)\b[^()]*\b(?:below|above)\b[^()]*\)", re.I)
+_COPULA = frozenset("is are was were be".split())
 _POINTS_AT_WHAT_FOLLOWS = frozenset("do form need combining".split())
 # a subordinate clause with no main clause before a colon ("When not using a DeepSpeed scheduler:" + a list;
 # a short one only: a longer one mostly holds its main clause without a comma)
@@ -251,6 +254,12 @@ def _finish(unit: str) -> str | None:
     elif unit[0].islower():
         unit = unit[0].upper() + unit[1:]
     unit = unit.strip()
+    unit = _POINTER.sub("", unit)  # "(see below)", "(see NOTE below for details)": the unit is quoted alone
+    if (ahead := _AS_FOLLOWS.search(unit)) is not None:  # "... the optimizer options as follows." and no code after it
+        head = unit[:ahead.start()].rstrip(" ,")
+        if head.split()[-1].lower() in _COPULA:
+            return None  # "The update rules are as follows.": nothing is left of it
+        unit = head + "."
     if unit.endswith(":"):  # introduces a list, code or figure that is not part of the unit
         statement = unit.rstrip(":").rstrip()
         tail = statement.lower().split()[-2:]

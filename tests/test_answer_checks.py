@@ -337,6 +337,12 @@ def test_a_lead_in_to_code_or_a_list_is_no_statement() -> None:
         assert gone not in joined, gone
     assert "So you can call forward, backward and step on every micro-batch." in joined
     assert "Step it yourself after each optimizer step." in joined
+    # "... as follows." points at code as the colon does: the statement before it stays, a bare copula goes
+    after = [u.text for u in text_units("The update rules are as follows.\n\n```python\nm = b1 * m\n```\n\n"
+                                        "The param groups are then fed to the ZeRO stage-2 optimizer as follows.\n\n```python\nopt(groups)\n```\n")]
+    assert after == ["The param groups are then fed to the ZeRO stage-2 optimizer."]
+    pointer = [u.text for u in text_units("You can install DeepSpeed in JIT mode via pip (see below). The memory saved is smaller (see NOTE below for details).")]
+    assert pointer == ["You can install DeepSpeed in JIT mode via pip.", "The memory saved is smaller."]
 
 
 def test_a_row_drops_its_sentence_about_an_example_it_does_not_hold() -> None:
