@@ -16,7 +16,7 @@ import numpy as np
 from app.linear_model import LinearModel, load_linear_model
 from app.query import identifiers
 from app.question_memory import chunk_key
-from indexer.text_units import Unit, text_units
+from indexer.text_units import Unit, bare_entry_key, text_units
 from indexer.tokenize import STOPWORDS, term_set, tokenize
 
 log = logging.getLogger(__name__)
@@ -218,14 +218,11 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
     return " ".join(f"{text} [{n}]" for text, n in parts)
 
 
-_BARE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \([^()]*\bdefault [^()]*\)\.$")  # "`a.b` (int, default 0)." and no more
-
-
 def _fuller_rows_stand_in(cands: list[Candidate], scores: np.ndarray) -> np.ndarray:
     """A key's bare catalogue entry (its type and default, nothing else) gives way to a unit on the same key
     that also says what it does (the docs' row, "`a.b`: ... (default `0`)"), which takes the better of the
     two scores: quoting both says the key and its default twice."""
-    bare = {i: m.group("key") for i, c in enumerate(cands) if (m := _BARE_ENTRY.match(c.unit.text))}
+    bare = {i: key for i, c in enumerate(cands) if (key := bare_entry_key(c.unit.text))}
     if not bare:
         return scores
     fuller: dict[str, int] = {}

@@ -274,6 +274,16 @@ def _finish(unit: str) -> str | None:
     return unit
 
 
+_BARE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \([^()]*\bdefault [^()]*\)\.$")
+
+
+def bare_entry_key(unit: str) -> str | None:
+    """The key of a unit that is a catalogue entry with its type and default and nothing else
+    ("`a.b` (int, default 0)."), as `text_units` writes one; None for any other unit."""
+    m = _BARE_ENTRY.match(unit)
+    return m.group("key") if m else None
+
+
 def _line_key(line: str) -> str | None:
     """The key of a `key: [type]` line (`section:key` read as `section.key`), else None."""
     m = _KEY_LINE.match(line.strip())
