@@ -357,12 +357,22 @@ def _states_default(key: str, answer: str) -> bool:
     return f"`{key}` (" in answer or re.search(rf"`{re.escape(key)}`: [^\[\n]*\(default ", answer) is not None
 
 
+def _section_named(key: str, words: frozenset[str]) -> bool:
+    """A nested key's sections are named by the question or the answer ("offload" for
+    `zero_optimization.offload_optimizer.pin_memory`): a bare leaf alone is often another thing's name,
+    as init_inference's `mp_size` is not `autotuning.mp_size`."""
+    sections = key.split(".")[:-1]
+    return not sections or any(w in words for s in sections for w in s.split("_"))
+
+
 def config_line(question: str, answer: str, facts: dict[str, tuple[str, str]], limit: int = CONFIG_KEYS) -> str:
     """'Config: `a.b` (int, default 0); ...' for the keys the question names, then those the answer
     quotes; '' when there are none."""
     asked = keys_named(question, facts)  # always first: the line a reader of a key question looks for
     # then the answer's keys, but not those whose catalogue entry or table row, default and all, it quotes already
     keys = asked + [k for k in keys_named(answer, facts) if k not in asked and not _states_default(k, answer)]
+    words = frozenset(re.findall(r"[a-z0-9]+", f"{question} {answer}".lower().replace("_", " ")))
+    keys = [k for k in keys if _section_named(k, words)]
     if not keys:
         return ""
     return "Config: " + "; ".join(f"`{k}` ({facts[k][0]}, default {facts[k][1]})" for k in keys[:limit]) + "."

@@ -507,6 +507,10 @@ def test_config_line_names_the_keys_with_type_and_default() -> None:
     row = "`zero_optimization.offload_optimizer.pin_memory`: Pin the host memory (default `false`). [1]"
     assert config_line("how do I offload", row, facts) == ""
     assert config_line("what does pin_memory do", row, facts).startswith("Config: `zero_optimization.offload_optimizer.pin_memory`")
+    # a bare leaf whose key's sections neither the question nor the answer names is another thing's name
+    tuned = {**facts, "autotuning.mp_size": ("int", "1")}
+    assert config_line("init_inference with mp_size=2 runs a full copy per GPU", "Tensor slicing splits each layer. [1]", tuned) == ""
+    assert config_line("autotuning over mp_size", "Autotuning tries each degree. [1]", tuned) == "Config: `autotuning.mp_size` (int, default 1)."
 
 
 def test_a_bare_catalogue_entry_gives_way_to_the_row_that_says_what_the_key_does() -> None:
