@@ -68,10 +68,9 @@ def _fixed_chars(entry: RaisedError) -> int:
 _WORDS_BEFORE = re.compile(r"[A-Za-z]\s+$")
 
 
-def _inside_another(entry: RaisedError, message: str) -> bool:
-    """The line's whole message is in this one, but as the end of a longer sentence (`_WORDS_BEFORE`)."""
-    m = re.search(entry.pattern, message) if entry.pattern else None
-    return m is not None and _WORDS_BEFORE.search(message, 0, m.start()) is not None
+def _ends_a_longer_sentence(message: str, found: re.Match[str] | None) -> bool:
+    """A line's pattern was found in the message, but as the end of a longer sentence (`_WORDS_BEFORE`)."""
+    return found is not None and _WORDS_BEFORE.search(message, 0, found.start()) is not None
 
 
 def exact_matches(message: str, catalogue: tuple[RaisedError, ...]) -> list[RaisedError]:
@@ -79,7 +78,7 @@ def exact_matches(message: str, catalogue: tuple[RaisedError, ...]) -> list[Rais
     when that is a short generic pattern ("{} does not match {}"), a close longer message reworded across
     versions (`nearest`) goes before it."""
     exact = [e for e, fragment, pattern in _compiled(catalogue)
-             if fragment in message and (m := pattern.search(message)) and not _WORDS_BEFORE.search(message, 0, m.start())]
+             if fragment in message and (found := pattern.search(message)) and not _ends_a_longer_sentence(message, found)]
     exact.sort(key=lambda e: -_fixed_chars(e))
     if exact and _fixed_chars(exact[0]) < WEAK_EXACT * len(message):
         longer = [e for _, e in nearest(message, catalogue) if e not in exact[:1]]
@@ -143,7 +142,7 @@ def nearest(message: str, catalogue: tuple[RaisedError, ...], n: int = 3, cutoff
             continue
         if len(theirs) >= 3:
             score = len(words & theirs) / len(theirs | words) ** 0.5 / len(theirs) ** 0.5
-            if score >= cutoff and not _inside_another(entry, message):
+            if score >= cutoff and not _ends_a_longer_sentence(message, re.search(entry.pattern, message) if entry.pattern else None):
                 scored.append((score, entry))
     return sorted(scored, key=lambda s: -s[0])[:n]
 
