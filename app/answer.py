@@ -174,14 +174,18 @@ def warm_units(texts: Iterable[str]) -> None:
 
 
 def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = None,
-            support_share: float = SUPPORT_SHARE, lead_from: int | None = None) -> str:
+            support_share: float = SUPPORT_SHARE, lead_from: int | None = None, said_before: str = "") -> str:
     """A lead of one to three consecutive units from the best passage, then the next best units (of any
     of the passages) while the words last; each segment cited, no unit twice, nothing said twice.
-    `lead_from`: the source the lead must come from, when it has units (a page the question names)."""
+    `lead_from`: the source the lead must come from, when it has units (a page the question names);
+    `said_before`: what the reply says above the composed units (a key's catalogue description), which no
+    unit says again."""
     if not cands:
         return ""
     max_words = ANSWER_WORDS if max_words is None else max_words
-    scores = _fuller_rows_stand_in(cands, scores)
+    scores = _unsaid(cands, _fuller_rows_stand_in(cands, scores), said_before)
+    if not np.isfinite(scores).any():
+        return ""
     order = [int(i) for i in np.argsort(-scores, kind="stable") if np.isfinite(scores[i])]
     best = next((cands[i] for i in order if cands[i].source.n == lead_from), cands[order[0]])
     same = [c for i, c in enumerate(cands) if c.source.n == best.source.n and np.isfinite(scores[i])]
@@ -218,22 +222,51 @@ def compose(cands: list[Candidate], scores: np.ndarray, max_words: int | None = 
     return " ".join(f"{text} [{n}]" for text, n in parts)
 
 
-def _fuller_rows_stand_in(cands: list[Candidate], scores: np.ndarray) -> np.ndarray:
-    """A key's bare catalogue entry (its type and default, nothing else) gives way to a unit on the same key
-    that also says what it does (the docs' row, "`a.b`: ... (default `0`)"), which takes the better of the
-    two scores: quoting both says the key and its default twice."""
-    bare = {i: key for i, c in enumerate(cands) if (key := bare_entry_key(c.unit.text))}
-    if not bare:
+def _unsaid(cands: list[Candidate], scores: np.ndarray, before: str) -> np.ndarray:
+    """The units that say again what `before` says (a key's row after the catalogue's description of the same
+    key, in other quotes or cut shorter) left out."""
+    if not before:
         return scores
-    fuller: dict[str, int] = {}
-    for i, c in enumerate(cands):
-        if i not in bare and (m := _KEY_LEAD.match(c.unit.text)) and _row_core(c.unit.text):
-            fuller.setdefault(m.group(0).split("`")[1], i)
+    said = _plain(before)
     out = scores.astype(np.float64, copy=True)
-    for i, key in bare.items():
-        if (j := fuller.get(key)) is not None:
-            out[j] = max(out[j], out[i])
+    for i, c in enumerate(cands):
+        if _restates(c.unit.text, said) or _overlap(c.unit.text, before) >= REPEAT_OVERLAP:
             out[i] = -np.inf
+    return out
+
+
+def restated(text: str, body: str) -> bool:
+    """Whether `body` says `text` again, word for word once quotes, backquotes and punctuation are set aside."""
+    words = _plain(text)
+    return bool(words) and f" {words} " in f" {_plain(body)} "
+
+
+def _fuller_rows_stand_in(cands: list[Candidate], scores: np.ndarray) -> np.ndarray:
+    """A unit on a config key gives way to a fuller one on the same key, which takes the better of the two
+    scores: a bare catalogue entry (its type and default, nothing else) to a unit that also says what the key
+    does (the docs' row, "`a.b`: ... (default `0`)"), and a row whose description another row on the key holds
+    word for word (the catalogue's first sentence inside the docs' whole row): quoting both says it twice."""
+    bare = {i: key for i, c in enumerate(cands) if (key := bare_entry_key(c.unit.text))}
+    rows: dict[str, list[tuple[int, str]]] = {}  # key -> (candidate, description), shortest first
+    for i, c in enumerate(cands):
+        if i not in bare and (m := _KEY_LEAD.match(c.unit.text)) and (core := _row_core(c.unit.text)):
+            rows.setdefault(m.group(0).split("`")[1], []).append((i, core))
+    if not bare and all(len(same) < 2 for same in rows.values()):
+        return scores
+    out = scores.astype(np.float64, copy=True)
+
+    def give_way(i: int, j: int) -> None:
+        out[j] = max(out[j], out[i])
+        out[i] = -np.inf
+
+    for i, key in bare.items():
+        if key in rows:
+            give_way(i, rows[key][0][0])
+    for same in rows.values():
+        same.sort(key=lambda t: len(t[1]))
+        for n, (i, core) in enumerate(same):
+            if (j := next((j for j, other in same[n + 1:] if len(other) > len(core) and f" {core} " in f" {other} "), None)) is not None:
+                give_way(i, j)
     return out
 
 
@@ -289,13 +322,13 @@ def scored_candidates(ask: str, sources: list[Source], similarities: np.ndarray 
 
 
 def answer_text(sources: list[Source], cands: list[Candidate], scores: np.ndarray, max_words: int | None = None,
-                lead_from: int | None = None) -> str:
+                lead_from: int | None = None, said_before: str = "") -> str:
     """The composed answer from scored candidates (a caller trying several budgets scores once)."""
     if not sources:
         return NOT_COVERED
     if not cands:
         return f"See [{sources[0].n}]: {sources[0].title}."
-    return compose(cands, scores, max_words, lead_from=lead_from)
+    return compose(cands, scores, max_words, lead_from=lead_from, said_before=said_before)
 
 
 def extractive_answer(ask: str, sources: list[Source], similarities: np.ndarray | None = None,

@@ -20,6 +20,7 @@ from app.answer import (
     answer_text,
     config_line,
     keys_named,
+    restated,
     scored_candidates,
 )
 from app.answer_shapes import ERROR_LINE, missing_sides, question_kind, sides, snippet_line, status_line
@@ -220,17 +221,23 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
         head = key_line(defined, engine.config_docs)  # what the key does, in the catalogue's words, first
     room = budget - len(head.split()) - len(tail.split())
     body = answer_text(sources, cands, scores, room, lead_from)
-    if head and kind != "version" and " ".join(head.split(": ", 1)[-1].split()).rstrip(".") in " ".join(body.split()):
-        head = ""  # the quoted units say it already
+    before = ""  # what the head says, which the quoted units then leave out
+    if head and kind != "version":
+        if restated(head.split(": ", 1)[-1], body):
+            head = ""  # the quoted units say it already, with their citation
+        else:
+            before = head
+            body = answer_text(sources, cands, scores, room, lead_from, before)
     extra = missing_sides(body, cands, scores, sides(result.query)) if kind == "compare" else []
     if extra:  # the other side of a comparison joins: the units before it make room
-        body = answer_text(sources, cands, scores, room - sum(len(c.unit.text.split()) for c in extra), lead_from)
+        body = answer_text(sources, cands, scores, room - sum(len(c.unit.text.split()) for c in extra), lead_from, before)
         body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
-    keys = config_line(result.query, body, facts)
+    keys = config_line(result.query, f"{before} {body}", facts)
     if keys:  # the whole answer keeps to the budget: the quoted units make room for the Config line
-        body = answer_text(sources, cands, scores, room - len(keys.split()) - sum(len(c.unit.text.split()) for c in extra), lead_from)
+        body = answer_text(sources, cands, scores, room - len(keys.split()) - sum(len(c.unit.text.split()) for c in extra), lead_from,
+                           before)
         body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
-        keys = config_line(result.query, body, facts)
+        keys = config_line(result.query, f"{before} {body}", facts)
     parts = [keys, head, body] if kind == "config" and keys else [head, body, keys]
     return "\n".join(p for p in [*parts, tail] if p)
 

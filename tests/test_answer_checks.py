@@ -12,7 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.answer import NOT_COVERED, Source, about_other_option, config_line, extractive_answer, keys_named
+from app.answer import (
+    NOT_COVERED,
+    Source,
+    about_other_option,
+    compose,
+    config_line,
+    extractive_answer,
+    keys_named,
+    restated,
+    scored_candidates,
+)
 from app.ask import key_line, terms_line, version_notes
 from app.coverage import COVERAGE_FEATURES, coverage_features
 from app.engine import retrieval_options
@@ -524,6 +534,33 @@ def test_a_bare_catalogue_entry_gives_way_to_the_row_that_says_what_the_key_does
     answer = extractive_answer("gradient clipping default", [src], sims)
     assert answer.startswith("`gradient_clipping`: Enable gradient clipping with value (default `1.0`).")
     assert "(float, default 1.0)" not in answer and answer.count("default") == 1
+
+
+def test_a_row_another_row_on_the_key_holds_word_for_word_gives_way_to_it() -> None:
+    """The catalogue's first sentence on `offload_param` and the docs' whole row on it were both quoted, the first
+    inside the second: the shorter one's score goes to the fuller row, which alone is quoted."""
+    text = ("`offload_param` (type bool; default None). Enable offloading of model parameters to CPU or NVMe.\n\n"
+            "Reference: Description; Default\noffload_param; Enable offloading of model parameters to CPU or NVMe. "
+            "This frees up GPU memory for larger models. Valid only with stage 3.; `False`\n\n"
+            "Offloading runs beside the optimizer step.")
+    src = Source(1, "DeepSpeed config: offload_param", "offload_param", text)
+    answer = extractive_answer("can I offload parameters with stage 2", [src], np.array([0.9, 0.5, 0.45]))
+    assert answer.startswith("`offload_param`: Enable offloading of model parameters to CPU or NVMe. This frees up GPU memory")
+    assert answer.count("Enable offloading") == 1 and "Offloading runs beside" in answer
+
+
+def test_what_the_reply_says_above_the_units_no_unit_says_again() -> None:
+    """A key question's reply opens with the catalogue's description of the key; the docs' row on it, in other
+    quotes (``save()`` and `save()`, a curly apostrophe), was quoted below it as well."""
+    head = "`a.gather`: Gathers the weights before ``save()``, since they aren\u2019t in the state dict."
+    text = ("Reference: Description; Default\ngather; Gathers the weights before `save()`, since they aren't in the state dict.; "
+            "`false`\n\nSaving then writes one file per rank.")
+    src = Source(1, "DeepSpeed config: gather", "gather", text)
+    cands, scores = scored_candidates("what does gather do", [src], np.array([0.9, 0.4]))
+    assert restated(head.split(": ", 1)[-1], compose(cands, scores))
+    after = compose(cands, scores, said_before=head)
+    assert "Gathers the weights" not in after and after.startswith("Saving then writes one file per rank.")
+    assert not restated("Gathers the weights before saving", after)
 
 
 def test_key_facts_read_back_what_the_catalogue_writes() -> None:
