@@ -83,6 +83,28 @@ def test_notes_never_lead_and_only_one_is_shown() -> None:
     assert free.search("our note offload_optimizer cpu adam build", 5).hits[0].chunk.source == "notes"
 
 
+def test_a_note_leads_only_when_the_ranker_puts_it_far_ahead_of_the_docs() -> None:
+    """A question the docs hardly touch (torch.compile) was answered from pages that only share its words, the
+    note that covers it fifth: with the ranker, a note scored more than the margin above the best of the docs
+    leads; at or under the margin, or without a ranker (fused scores are on another scale), it stays where it is."""
+    from app.retriever import Hit
+
+    index = _index(CHUNKS)
+    ranked = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0, ranker=load_ranker()))
+
+    def hits(note_score: float) -> list[Hit]:
+        return [Hit(chunk=CHUNKS[i], score=s, bm25=0.0, dense=0.0) for i, s in ((1, 4.0), (3, 3.5), (4, note_score))]
+
+    margin = ranked.options.note_lead_margin
+    assert [h.chunk.source for h in ranked.note_leads(hits(4.0 + margin + 0.1))] == ["notes", "docs", "docs"]
+    assert [h.chunk.id for h in ranked.note_leads(hits(4.0 + margin + 0.1))] == ["c4", "c1", "c3"]
+    assert [h.chunk.source for h in ranked.note_leads(hits(4.0 + margin))] == ["docs", "docs", "notes"]
+    fused = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=0))
+    assert [h.chunk.source for h in fused.note_leads(hits(99.0))] == ["docs", "docs", "notes"]
+    unplaced = ranked.with_options(notes_last=False)
+    assert [h.chunk.source for h in unplaced.note_leads(hits(99.0))] == ["docs", "docs", "notes"]
+
+
 def test_section_passages_join_neighbours_within_the_budget() -> None:
     index = _index(CHUNKS)
     r = HybridRetriever(index, HashEmbedder(), options=RetrievalOptions(section_words=350))
