@@ -18,7 +18,7 @@ from indexer.api_signatures import Signature, signature_of
 from indexer.config_catalogue import ConfigKey, build_catalogue, deepspeed_version
 from indexer.documents import Block, Document, Section
 from indexer.markdown import clean_prose, split_front_matter
-from indexer.text_units import CATALOGUE_ENTRY
+from indexer.text_units import CATALOGUE_ENTRY, REFERENCE, markdown_literals
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +293,7 @@ def describe_key(key: ConfigKey, prose: dict[str, str]) -> str:
         text += " " + " ".join(key.doc.split())
     reference = _prose_for(key, prose)
     if reference:
-        text += "\nReference: " + reference
+        text += "\n" + REFERENCE + reference
     return text
 
 
@@ -318,10 +318,10 @@ def key_descriptions(text: str) -> dict[str, str]:
         if m is None:
             continue
         said = m.group("rest").strip()
-        if not said and i + 2 < len(lines) and lines[i + 1].startswith("Reference: Description; Default"):
+        if not said and i + 2 < len(lines) and lines[i + 1].startswith(REFERENCE + "Description; Default"):
             said = lines[i + 2].rsplit("; ", 1)[0].strip()
         if said:
-            out[m.group("key")] = said
+            out[m.group("key")] = markdown_literals(said)
     return out
 
 

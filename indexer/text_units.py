@@ -182,6 +182,10 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
             if _TABLE_HEADER.match(line):
                 in_table, header = True, tuple(c.strip() for c in line.removeprefix("Reference:").split(";"))
                 continue
+            if line.startswith(REFERENCE):  # the docs' own entry under a catalogue key opens with prose: its own item
+                items.append(("prose", line.removeprefix(REFERENCE), key, header))
+                caption = None
+                continue
             cells = line.split("; ")
             keyed = bool(_IDENTIFIER.match(cells[0].strip("`")))  # a key's row ("freeze_step; ...; 100000"): read as a row
             short = len(cells) >= 3 and all(len(c.split()) <= 4 for c in cells) and not keyed
@@ -233,13 +237,19 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
 
 
 _RST_LITERAL = re.compile(r"``([^`]+)``")
+REFERENCE = "Reference: "  # the label `indexer.package_source.describe_key` writes before the docs' entry on a catalogue key
+
+
+def markdown_literals(text: str) -> str:
+    """reST's ``literal`` as Markdown's `code`, as a unit shows it."""
+    return _RST_LITERAL.sub(r"`\1`", text)
 _BIB_REF = re.compile(r"\s*\[\d+(?:\s*[,\-\u2013]\s*\d+)*\]")
 
 
 def _finish(unit: str) -> str | None:
     """A unit as a reader meets it: a leading identifier in backticks, a capital first letter, a
     closing full stop; None for one that trails off into code or a list it does not hold."""
-    unit = _RST_LITERAL.sub(r"`\1`", unit)  # reST's ``literal`` reads as Markdown's `code`
+    unit = markdown_literals(unit)
     cited = _BIB_REF.sub("", unit)  # a blog's "[14]" reads as one of the answer's citations
     referenced, unit = cited != unit, cited
     words = unit.split()

@@ -285,6 +285,27 @@ def test_text_units_are_whole() -> None:
     assert [u.text for u in per_chunk[0]] == units and offsets.tolist() == [0, len(units)]
 
 
+def test_the_docs_entry_under_a_catalogue_key_is_a_unit_of_its_own() -> None:
+    """`cpu_offload`'s docs entry opens with a line of prose, not its table: the catalogue passage's "Reference:"
+    label and that line were read as the end of the package's sentence above them ("Deprecated, please use
+    ``offload_optimizer`` Reference: Deprecated: ..."); reST literals read as Markdown's in units and key descriptions."""
+    from indexer.config_catalogue import ConfigKey
+    from indexer.package_source import describe_key, key_descriptions
+
+    key = ConfigKey("zero_optimization.cpu_offload", "bool | None", "None", "Deprecated, please use ``offload_optimizer``",
+                    deprecated="offload_optimizer")
+    prose = {"cpu_offload": "Deprecated: cpu_offload is deprecated, please use `offload_optimizer` instead.\n"
+                            "Description; Default\nEnable offloading of optimizer memory to CPU.; `False`"}
+    text = describe_key(key, prose)
+    units = [u.text for u in text_units(text)]
+    assert not any("Reference" in u for u in units)
+    assert "Deprecated: cpu_offload is deprecated, please use `offload_optimizer` instead." in units
+    assert "`zero_optimization.cpu_offload`: Enable offloading of optimizer memory to CPU (default `False`)." in units
+    assert "``" not in " ".join(units)
+    described = key_descriptions(text)["zero_optimization.cpu_offload"]
+    assert "``" not in described and "`offload_optimizer`" in described
+
+
 def test_a_markdown_hard_break_is_no_part_of_the_sentence() -> None:
     """A line ending in a lone backslash (Markdown's hard break) once kept it: "Install DeepSpeed \\ `pip install
     deepspeed`". A line that starts anew after it reads as what the line before introduced; a lower-case one
