@@ -13,7 +13,9 @@ an entry of the index rather than by passages that happen to be close.
 - "was X removed?" about a key the installed deepspeed marks deprecated or removed;
 - a message the installed deepspeed raises word for word ("I get ValueError: ..."): its raising line,
   condition and fix lead the answer (21 of 40 sampled catalogue messages refused); a covered question that
-  is little but such a message gets the line too (`raised_message_line`).
+  is little but such a message gets the line too (`raised_message_line`); so does a message that holds a text
+  of a known failure of our notes (torch's "CUDA out of memory", NCCL's watchdog timeout), its name, why and fix,
+  in a covered answer only when nothing is asked beside the message.
 
 And for a question that asks only what a named page is about ("What is ZeRO?"), covered or not, that page's
 passage first and the answer's lead from it (`named_page_first`).
@@ -21,6 +23,7 @@ passage first and the answer's lead from it (`named_page_first`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from app.answer_shapes import question_kind, status_line
@@ -95,7 +98,14 @@ def raised_message_line(engine: Engine, question: str, asked: list[str], *, past
     if pasted_only and len(extract_error(question)[1].split()) < PASTED_SHARE * len(question.split()):
         return ""  # checked before diagnosing: most covered questions stop here
     index, _ = engine.require()
-    return raised_line(diagnose_with(index.path, None, question, engine.settings.notes_dir))
+    # a known failure our notes describe (no line of deepspeed raises it) leads a covered answer only when nothing
+    # is asked beside the message: its general cause and fix took the place of the docs' answer to a question
+    # asked about it ("... does DeepSpeed have guidance on this kind of fragmentation OOM?")
+    known = not pasted_only or not _ASKS.search(question)
+    return raised_line(diagnose_with(index.path, None, question, engine.settings.notes_dir), known_failures=known)
+
+
+_ASKS = re.compile(r"[?？]")
 
 
 def api_pages_asked(engine: Engine, question: str) -> frozenset[str]:

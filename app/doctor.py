@@ -75,11 +75,14 @@ def _cause(entry: RaisedError, how: str, version: str) -> Cause:
                  fix=fix, source_url=entry.url(version))
 
 
+KNOWN_TITLE = "Known causes > "  # how a known cause names the passage of our notes it comes from
+
+
 def _known_cause(k: KnownCause, source_url: str, found: str) -> Cause:
     """`found`: how the log led to it (the text it shows, or how close its message comes)."""
     fix = k.fix + (f" Config: {json.dumps(k.config)}" if k.config else "")
     return Cause(title=k.title, explanation=f"{k.why} Check: {k.check}".strip() + f" ({found})", fix=fix,
-                 source_url=source_url, doc_urls=[k.url], doc_titles=[f"Known causes > {k.title}"])
+                 source_url=source_url, doc_urls=[k.url], doc_titles=[f"{KNOWN_TITLE}{k.title}"])
 
 
 def known_matches(known: tuple[KnownCause, ...], message: str, text: str) -> tuple[list[tuple[KnownCause, str]], list[tuple[KnownCause, str]]]:
@@ -214,13 +217,27 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     if not causes:
         causes = [Cause("no DeepSpeed error recognised", "the message is not one the installed deepspeed raises, and no passage matched",
                         "paste the traceback's last lines (the exception and its message), or ask the question in words")]
-    if figures := batch_figures(flat):
-        causes[0].fix = f"{figures} {causes[0].fix}"
+    causes[0].fix = batch_fix(flat, causes[0].fix)
     causes += benign[:1]
     if seen.get("deepspeed") and seen["deepspeed"] != version:
         for cause in causes:
             cause.explanation += f"; note: the log is from deepspeed {seen['deepspeed']}, the catalogue from {version}"
     return Diagnosis(error, seen, matched, causes)
+
+
+_CONFIG_TAIL = re.compile(r" Config: \{.*\}$")  # a known cause's example config, as `_known_cause` appends it
+
+
+def batch_fix(message: str, fix: str) -> str:
+    """The fix of the batch assertion worked out on the message's figures (`batch_figures`), its config the
+    `train_batch_size` they give in place of the note's example, which is for other figures; any other fix as it is."""
+    figures = batch_figures(message)
+    m = _BATCH_FIGURES.search(message)
+    if not figures or m is None:
+        return fix
+    _, micro, accum, world = (int(g) for g in m.groups())
+    config = f" Config: {json.dumps({'train_batch_size': micro * accum * world})}" if world > 1 else ""
+    return f"{figures} {_CONFIG_TAIL.sub('', fix)}{config}"
 
 
 def batch_figures(message: str) -> str:
@@ -330,15 +347,26 @@ def closest_known_cause(retriever: Any, known: tuple[KnownCause, ...]) -> Any:
     return closest
 
 
-def raised_line(diagnosis: Diagnosis) -> str:
-    """For an answer to a question that quotes an error: where the installed deepspeed raises it and the
-    first cause's fix, when the message is one it raises word for word (else "")."""
-    if diagnosis.matched != "exact" or not diagnosis.causes or not diagnosis.causes[0].source_url:
+def raised_line(diagnosis: Diagnosis, *, known_failures: bool = True) -> str:
+    """For an answer to a question that quotes an error: where the installed deepspeed raises it and the first
+    cause's fix, when the message is one it raises word for word, or (`known_failures`) a known failure whose text
+    the message holds (torch's "CUDA out of memory", NCCL's watchdog timeout); a known failure is told by its name,
+    the first sentence of why and its fix (the doctor gives the rest); else ""."""
+    if diagnosis.matched != "exact" or not diagnosis.causes:
         return ""
     cause = diagnosis.causes[0]
+    known = next((url for url, title in zip(cause.doc_urls, cause.doc_titles, strict=False) if title.startswith(KNOWN_TITLE)), "")
+    source = cause.source_url or (known if known_failures else "")
+    if not source:
+        return ""
     said = cause.explanation.removeprefix(f"{EXACT}: ").rstrip(".")
+    if known:
+        said = f"{cause.title}: {_SENTENCE_END.split(said.split(' Check: ')[0], 1)[0].rstrip('.')}"
     fix = cause.fix.rstrip(".")
-    return f"{said[0].upper()}{said[1:]}. Fix: {fix} (source: {cause.source_url}).\n"
+    return f"{said[0].upper()}{said[1:]}. Fix: {fix} (source: {source}).\n"
+
+
+_SENTENCE_END = re.compile(r"(?<=[A-Za-z0-9)`'\"][.!?])\s+(?=[A-Z`(])")
 
 
 def diagnose_with(index_path: Path | None, retriever: Any, log: str, notes_dir: Path | None = None) -> Diagnosis:

@@ -180,6 +180,29 @@ def test_an_answer_quotes_where_an_exact_message_is_raised() -> None:
     assert raised_line(diagnose("ValueError: my own script failed here")) == ""  # nothing deepspeed raises word for word
 
 
+def test_an_answer_names_a_known_failure_the_message_shows() -> None:
+    """torch's "CUDA out of memory" is no message deepspeed raises; `/ask` answered it with the CUDA version
+    mismatch passage. A message that holds a known failure's text gets its name, the first sentence of why and
+    the fix, cited to our notes; not where the caller asks for deepspeed's own lines only."""
+    from corpus import NOTES_DIR
+    from indexer.known_causes import read_known_causes
+
+    known = read_known_causes(NOTES_DIR)
+    oom = diagnose("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", known=known)
+    line = raised_line(oom)
+    assert line.startswith("CUDA out of memory during training: ") and ". Fix: " in line
+    assert "(source: dsqa://notes/known-errors#cuda-out-of-memory" in line and len(line.split()) < 160
+    why = line.split(". Fix: ")[0]
+    assert why.count(". ") == 0  # one sentence of why: the doctor gives the rest
+    assert raised_line(oom, known_failures=False) == ""
+    batch = diagnose("AssertionError: Check batch related parameters. train_batch_size is not equal to "
+                     "micro_batch_per_gpu * gradient_acc_step * world_size 32 != 4 * 2 * 8", known=known)
+    assert raised_line(batch).startswith("The batch sizes do not add up")  # a known failure first, deepspeed's line cited
+    assert "/blob/v0.19.8/deepspeed/runtime/config.py" in raised_line(batch, known_failures=False)
+    # the note's example config is for other figures: the one these figures give stands in its place
+    assert batch.causes[0].fix.endswith('Config: {"train_batch_size": 64}') and batch.causes[0].fix.count("Config:") == 1
+
+
 @pytest.mark.parametrize(("line", "path"), RAISED, ids=[p[0].split(":")[0].rsplit(".", 1)[-1] + str(i) for i, p in enumerate(RAISED)])
 def test_errors_deepspeed_raised_are_matched_to_their_line(line: str, path: str) -> None:
     log = "\n".join(["[rank3]: Traceback (most recent call last):", '[rank3]:   File "train.py", line 12, in <module>',
