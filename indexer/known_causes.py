@@ -26,6 +26,23 @@ _FIELD = re.compile(r"^(Matches|Why|Check|Fix|Config|Harmless|Hangs):\s*(.*)$")
 _MATCH = re.compile(r"`([^`]+)`(\s*\(follow-up\))?")
 
 
+def reader_line(line: str) -> str | None:
+    """A line of a known cause's section as a reader of an answer meets it: the why without its label, the check
+    and the fix with theirs; "" for the doctor's own fields (`Matches`, `Config`, `Harmless`, `Hangs`); None for a
+    line that is no field."""
+    m = _FIELD.match(line.strip())
+    if m is None:
+        return None
+    name, value = m.groups()
+    return value if name == "Why" else f"{name}: {value}" if name in ("Check", "Fix") else ""
+
+
+def opens_a_cause(block: str) -> bool:
+    """Whether a paragraph holds a known cause's fields (a line of `Matches:` texts; a short section folded into
+    the passage before it has its heading on the line above)."""
+    return any(line.startswith("Matches: `") for line in block.splitlines())
+
+
 @dataclass(frozen=True)
 class KnownCause:
     title: str

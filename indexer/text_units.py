@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from indexer.documents import Chunk
+from indexer.known_causes import opens_a_cause, reader_line
 
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.)\s+")
@@ -149,9 +150,14 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
         matrix: tuple[str, ...] = ()  # a matrix's header cells ("ZeRO stage; bf16_optimizer_states=False; ...=True")
         caption: int | None = None  # the item a lone short line without a full stop began (a table's caption)
         broke = False  # the line before ended in Markdown's hard break (a lone backslash)
+        fields = opens_a_cause(block)  # a known cause's section of our notes: a line per field
         for raw in block.splitlines():
             line = _RST_DIRECTIVE.sub(lambda m: f"{m.group(1).capitalize()}: ", _LINK.sub(r"\1", raw.strip()))
             if not line:
+                continue
+            if fields and (as_read := reader_line(line)) is not None:
+                if as_read:  # why, check and fix are a unit each; the texts it matches and its flags are the doctor's
+                    items.append(("prose", as_read, key, header))
                 continue
             after_break, broke = broke, line.endswith("\\") and not line.endswith("\\\\")
             line = line.removesuffix("\\").rstrip() if broke else line

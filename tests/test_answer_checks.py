@@ -306,6 +306,21 @@ def test_the_docs_entry_under_a_catalogue_key_is_a_unit_of_its_own() -> None:
     assert "``" not in described and "`offload_optimizer`" in described
 
 
+def test_a_known_cause_of_our_notes_is_quoted_field_by_field() -> None:
+    """Every section of the known-errors note gave one unit "Matches: `...` | `...` Why: ...": the doctor's match
+    texts read as the start of the why. Why, check and fix are a unit each; the match texts and flags none."""
+    from corpus import NOTES_DIR
+
+    section = (NOTES_DIR / "known-errors.md").read_text(encoding="utf-8").split("\n## A hostfile line does not parse\n", 1)[1]
+    units = [u.text for u in text_units(section.split("\n## ", 1)[0])]
+    assert units[0].startswith("Every hostfile line must read `<hostname> slots=")
+    assert [u.split(":")[0] for u in units[-2:]] == ["Check", "Fix"] and len(units) == 3
+    assert not any("Matches" in u or "Hostfile contains a bad entry" in u for u in units)
+    from indexer.known_causes import opens_a_cause
+
+    assert opens_a_cause(section) and not opens_a_cause("Matches the texts below.\nFix: a docs page's own line.")
+
+
 def test_a_markdown_hard_break_is_no_part_of_the_sentence() -> None:
     """A line ending in a lone backslash (Markdown's hard break) once kept it: "Install DeepSpeed \\ `pip install
     deepspeed`". A line that starts anew after it reads as what the line before introduced; a lower-case one
@@ -492,14 +507,15 @@ def _lead(question: str, section: str, text: str) -> str:
 def test_the_lead_does_not_read_on_into_the_same_words_again() -> None:
     """A catalogue entry states a key in the package's words and again in the docs' row: the lead once
     quoted both ("`fp16.hysteresis` (int, default 2): Delay shift in dynamic loss scaling. `fp16.hysteresis`:
-    hysteresis is a fp16 parameter representing the delay shift in dynamic loss scaling (default `2`)")."""
+    hysteresis is a fp16 parameter representing the delay shift in dynamic loss scaling (default `2`)"). The
+    package's words are inside the docs' row here, so the row, which says more, stands in for them."""
     lead = _lead("what is the delay shift of dynamic loss scaling fp16 hysteresis", "fp16",
                  "`fp16.hysteresis` (type int; default 2). Delay shift in dynamic loss scaling.\n"
                  "Reference: Description; Default\n"
                  "Hysteresis is the delay shift in dynamic loss scaling; `2`\n"
                  "It counts the overflows seen before the scale is lowered.")
-    assert lead.startswith("`fp16.hysteresis` (int, default 2): Delay shift in dynamic loss scaling.")
-    assert lead.count("elay shift") == 1  # the docs' row says it again: left out
+    assert lead.startswith("`fp16.hysteresis`: Hysteresis is the delay shift in dynamic loss scaling (default `2`).")
+    assert lead.count("elay shift") == 1  # said once
     assert "It counts the overflows" in lead  # what only the next unit says is still read on
     # the package's text in two sentences and the docs' row saying both again: the row is left out too
     said = "The maximum number of parameters resident per GPU before releasing. Smaller values use less memory, but perform more communication."

@@ -103,6 +103,10 @@ def test_a_note_leads_only_when_the_ranker_puts_it_far_ahead_of_the_docs() -> No
     assert [h.chunk.source for h in fused.note_leads(hits(99.0))] == ["docs", "docs", "notes"]
     unplaced = ranked.with_options(notes_last=False)
     assert [h.chunk.source for h in unplaced.note_leads(hits(99.0))] == ["docs", "docs", "notes"]
+    # a known failure of our notes leads when a message shows its text, never by score
+    failure = replace(CHUNKS[4], path="corpus/notes/known-errors.md")
+    known = [*hits(99.0)[:2], Hit(chunk=failure, score=99.0, bm25=0.0, dense=0.0)]
+    assert [h.chunk.path for h in ranked.note_leads(known)][-1] == "corpus/notes/known-errors.md"
 
 
 def test_section_passages_join_neighbours_within_the_budget() -> None:
