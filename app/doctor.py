@@ -360,12 +360,14 @@ def raised_line(diagnosis: Diagnosis, *, known_failures: bool = True) -> str:
     if not source:
         return ""
     said = cause.explanation.removeprefix(f"{EXACT}: ").rstrip(".")
-    if known:
-        said = f"{cause.title}: {_SENTENCE_END.split(said.split(' Check: ')[0], 1)[0].rstrip('.')}"
+    if known:  # the failure's name, and the first sentence of why when it is short (the doctor gives the rest)
+        why = _SENTENCE_END.split(said.split(" Check: ")[0], 1)[0].rstrip(".")
+        said = f"{cause.title}: {why}" if len(why.split()) <= WHY_WORDS else cause.title
     fix = cause.fix.rstrip(".")
     return f"{said[0].upper()}{said[1:]}. Fix: {fix} (source: {source}).\n"
 
 
+WHY_WORDS = 40  # a known failure's first sentence of why longer than this leaves the answer's line to its name and fix
 _SENTENCE_END = re.compile(r"(?<=[A-Za-z0-9)`'\"][.!?])\s+(?=[A-Z`(])")
 
 

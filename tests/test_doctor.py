@@ -195,6 +195,8 @@ def test_an_answer_names_a_known_failure_the_message_shows() -> None:
     why = line.split(". Fix: ")[0]
     assert why.count(". ") == 0  # one sentence of why: the doctor gives the rest
     assert raised_line(oom, known_failures=False) == ""
+    build = raised_line(diagnose("RuntimeError: Error building extension 'cpu_adam'", known=known))
+    assert build.startswith("An op fails to build: compiler or headers missing (cpu_adam, fused_adam). Fix: ")  # a long why: left out
     batch = diagnose("AssertionError: Check batch related parameters. train_batch_size is not equal to "
                      "micro_batch_per_gpu * gradient_acc_step * world_size 32 != 4 * 2 * 8", known=known)
     assert raised_line(batch).startswith("The batch sizes do not add up")  # a known failure first, deepspeed's line cited
