@@ -5,8 +5,8 @@ whole question and over its ask (`app/query.py`); the union of both top lists is
 learned linear model (`app/ranking.py`, trained on the `tune` split) or, without one, by the
 weighted fusion; a passage grows with its section's neighbouring chunks (one passage per
 section, and a section whose chunks did not fit one passage still shows once), near-duplicates are
-dropped, and one of our notes at most stands fifth. The peers measured beside it in the same run live
-in `app/peer_retrievers.py`.
+dropped, and one of our notes at most stands fifth, unless the ranker puts it far ahead of the docs
+(`note_leads`). The peers measured beside it in the same run live in `app/peer_retrievers.py`.
 """
 
 from __future__ import annotations
