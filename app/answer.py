@@ -408,4 +408,10 @@ def config_line(question: str, answer: str, facts: dict[str, tuple[str, str]], l
     keys = [k for k in keys if _section_named(k, words)]
     if not keys:
         return ""
-    return "Config: " + "; ".join(f"`{k}` ({facts[k][0]}, default {facts[k][1]})" for k in keys[:limit]) + "."
+    return "Config: " + "; ".join(f"`{k}` ({_type_and_default(*facts[k])})" for k in keys[:limit]) + "."
+
+
+def _type_and_default(type_name: str, default: str) -> str:
+    """"int, default 0"; a key whose type the catalogue could not tell ("any": DeepSpeed reads it with a default
+    of None and no annotation) is given its default alone."""
+    return f"default {default}" if type_name == "any" else f"{type_name}, default {default}"

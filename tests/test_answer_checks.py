@@ -558,6 +558,8 @@ def test_config_line_names_the_keys_with_type_and_default() -> None:
     tuned = {**facts, "autotuning.mp_size": ("int", "1")}
     assert config_line("init_inference with mp_size=2 runs a full copy per GPU", "Tensor slicing splits each layer. [1]", tuned) == ""
     assert config_line("autotuning over mp_size", "Autotuning tries each degree. [1]", tuned) == "Config: `autotuning.mp_size` (int, default 1)."
+    # a key whose type the catalogue could not tell: its default alone ("(any, default None)" said nothing more)
+    assert config_line("train_batch_size", "", {"train_batch_size": ("any", "None")}) == "Config: `train_batch_size` (default None)."
 
 
 def test_a_bare_catalogue_entry_gives_way_to_the_row_that_says_what_the_key_does() -> None:
