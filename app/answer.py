@@ -238,7 +238,7 @@ def _unsaid(cands: list[Candidate], scores: np.ndarray, before: str) -> np.ndarr
 def restated(text: str, body: str) -> bool:
     """Whether `body` says `text` again, word for word once quotes, backquotes and punctuation are set aside."""
     words = _plain(text)
-    return bool(words) and f" {words} " in f" {_plain(body)} "
+    return bool(words) and _holds(_plain(body), words)
 
 
 def _fuller_rows_stand_in(cands: list[Candidate], scores: np.ndarray) -> np.ndarray:
@@ -265,7 +265,7 @@ def _fuller_rows_stand_in(cands: list[Candidate], scores: np.ndarray) -> np.ndar
     for same in rows.values():
         same.sort(key=lambda t: len(t[1]))
         for n, (i, core) in enumerate(same):
-            if (j := next((j for j, other in same[n + 1:] if len(other) > len(core) and f" {core} " in f" {other} "), None)) is not None:
+            if (j := next((j for j, other in same[n + 1:] if len(other) > len(core) and _holds(other, core)), None)) is not None:
                 give_way(i, j)
     return out
 
@@ -281,6 +281,11 @@ _DEFAULT_TAIL = re.compile(r"\s*\(default [^)]*\)\.?$")
 def _plain(text: str) -> str:
     """Lower-case words and numbers only, one space apart."""
     return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def _holds(words: str, part: str) -> bool:
+    """Whether `part` is whole words of `words` (both `_plain`)."""
+    return f" {part} " in f" {words} "
 
 
 def _said(units: list[str]) -> str:
@@ -299,7 +304,7 @@ def _restates(unit: str, said: str) -> bool:
     the units quoted so far as one text, in reading order), as the docs' row after the package's sentences on
     the same key, which add only its type."""
     core = _row_core(unit)
-    return bool(core) and f" {core} " in f" {said} "
+    return bool(core) and _holds(said, core)
 
 
 def _overlap(a: str, b: str, both: bool = False) -> float:

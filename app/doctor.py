@@ -231,24 +231,32 @@ _CONFIG_TAIL = re.compile(r" Config: \{.*\}$")  # a known cause's example config
 def batch_fix(message: str, fix: str) -> str:
     """The fix of the batch assertion worked out on the message's figures (`batch_figures`), its config the
     `train_batch_size` they give in place of the note's example, which is for other figures; any other fix as it is."""
-    figures = batch_figures(message)
-    m = _BATCH_FIGURES.search(message)
-    if not figures or m is None:
+    values = _batch_values(message)
+    if values is None:
         return fix
-    _, micro, accum, world = (int(g) for g in m.groups())
+    _, micro, accum, world = values
     config = f" Config: {json.dumps({'train_batch_size': micro * accum * world})}" if world > 1 else ""
-    return f"{figures} {_CONFIG_TAIL.sub('', fix)}{config}"
+    return f"{_worked_out(*values)} {_CONFIG_TAIL.sub('', fix)}{config}"
 
 
 def batch_figures(message: str) -> str:
     """For the batch assertion, the arithmetic on the log's own figures: the product the three values give
     and each single value that would make them agree ("" for any other message)."""
+    values = _batch_values(message)
+    return "" if values is None else _worked_out(*values)
+
+
+def _batch_values(message: str) -> tuple[int, int, int, int] | None:
+    """The batch assertion's figures (train batch, micro batch, accumulation steps, world size); None for any
+    other message, or figures with a zero among the three factors."""
     m = _BATCH_FIGURES.search(message)
     if m is None:
-        return ""
+        return None
     total, micro, accum, world = (int(g) for g in m.groups())
-    if min(micro, accum, world) < 1:
-        return ""
+    return None if min(micro, accum, world) < 1 else (total, micro, accum, world)
+
+
+def _worked_out(total: int, micro: int, accum: int, world: int) -> str:
     product = micro * accum * world
     ways = [f"`train_batch_size` {product}"]
     for key, other in (("gradient_accumulation_steps", micro * world), ("train_micro_batch_size_per_gpu", accum * world)):

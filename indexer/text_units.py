@@ -22,7 +22,8 @@ _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.)\s+")
 CATALOGUE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \(type (?P<type>[^;]+); default (?P<default>.*?)\)\.\s*(?P<rest>.*)$")
 # `key: [type]` (also *key*, and `section:key` for a nested one)
 _KEY_LINE = re.compile(r"^[`*]?(?P<key>[a-z_][\w.]*(?::[a-z_][\w.]*)*)[`*]?\s*:\s*\[(?P<type>[\w ]+)\]\s*$")
-_TABLE_HEADER = re.compile(r"^(?:Reference:\s*)?(?:Fields|Field|Parameter|Description|Value|Key|Name)(?:;\s*\w+)+\s*$")
+REFERENCE = "Reference: "  # the label `indexer.package_source.describe_key` writes before the docs' entry on a catalogue key
+_TABLE_HEADER = re.compile(rf"^(?:{re.escape(REFERENCE.rstrip())}\s*)?(?:Fields|Field|Parameter|Description|Value|Key|Name)(?:;\s*\w+)+\s*$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[*])")
 _ABBREVIATION_END = re.compile(r"\b(?:e\.g|i\.e|etc|vs|a\.k\.a|approx|Fig|No)\.$", re.I)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][\w.]*$")
@@ -186,7 +187,7 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
                 items.append(("arg", f"`{arg.group('name')}`{typed}: {arg.group('what')}", key, header))
                 continue
             if _TABLE_HEADER.match(line):
-                in_table, header = True, tuple(c.strip() for c in line.removeprefix("Reference:").split(";"))
+                in_table, header = True, tuple(c.strip() for c in line.removeprefix(REFERENCE).split(";"))
                 continue
             if line.startswith(REFERENCE):  # the docs' own entry under a catalogue key opens with prose: its own item
                 items.append(("prose", line.removeprefix(REFERENCE), key, header))
@@ -243,13 +244,12 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
 
 
 _RST_LITERAL = re.compile(r"``([^`]+)``")
-REFERENCE = "Reference: "  # the label `indexer.package_source.describe_key` writes before the docs' entry on a catalogue key
+_BIB_REF = re.compile(r"\s*\[\d+(?:\s*[,\-\u2013]\s*\d+)*\]")
 
 
 def markdown_literals(text: str) -> str:
     """reST's ``literal`` as Markdown's `code`, as a unit shows it."""
     return _RST_LITERAL.sub(r"`\1`", text)
-_BIB_REF = re.compile(r"\s*\[\d+(?:\s*[,\-\u2013]\s*\d+)*\]")
 
 
 def _finish(unit: str) -> str | None:
