@@ -267,5 +267,8 @@ def keyword_calls(text: str) -> list[tuple[str, str]]:
 
 def identifiers(text: str) -> set[str]:
     """The whole identifiers a text names (`overlap_comm`, `deepspeed.zero.init`, `--num_gpus`),
-    lowercased: the tokens with `_` or `.` that the tokenizer keeps whole."""
-    return {t for t in tokenize(text, expand=False) if "_" in t or "." in t}
+    lowercased: the tokens with `_` or `.` that the tokenizer keeps whole, not the segments it also gives of
+    a dotted name (`overlap_comm` of `zero_optimization.overlap_comm`: the text names the path, not the key alone)."""
+    found = {t for t in tokenize(text, expand=False) if "_" in t or "." in t}
+    segments = {s for t in found if "." in t for s in t.split(".")}
+    return {t for t in found if "." in t or t not in segments}

@@ -1,7 +1,8 @@
 """Identifier-aware tokenisation for BM25: config keys, dotted API names and CLI flags.
 
 `stage3_max_live_parameters` yields the whole key and its stemmed parts; `deepspeed.zero.Init`
-yields the dotted name, `zero.init` style tails and the parts; `--num_gpus` yields `num_gpus`.
+yields the dotted name, `zero.init` style tails and the parts, and a segment that is a key of its own
+(`overlap_comm` of `zero_optimization.overlap_comm`) yields that key too; `--num_gpus` yields `num_gpus`.
 Abbreviated parts also yield their words (`indexer/identifiers.py`).
 Pure and deterministic: the index and the queries use the same function.
 """
@@ -79,9 +80,12 @@ def _word_tokens(raw: str, expand: bool) -> tuple[str, ...]:
     if _is_identifier(raw):
         low = core.lower()
         tokens.append(low)
-        if "." in low:  # deepspeed.zero.init -> zero.init, init
+        if "." in low:  # deepspeed.zero.init -> zero.init; zero_optimization.overlap_comm -> overlap_comm
             segments = low.split(".")
             tokens.extend(".".join(segments[i:]) for i in range(1, len(segments) - 1))
+            # a segment that is a key of its own is a token too: a question that names `overlap_comm` matches the
+            # catalogue's `zero_optimization.overlap_comm`, as it matches the docs' `overlap_comm`
+            tokens.extend(s for s in segments if "_" in s.strip("_"))
     for part in re.split(r"[._\-]+", core):
         pieces = _CAMEL.findall(part)
         if not pieces or any(len(p) < 3 for p in pieces):  # ZeRO, GPT2: keep whole

@@ -20,6 +20,10 @@ def test_identifier_tokens() -> None:
         assert t in toks, t
     assert "and" not in toks and "for" not in toks
     assert tokenize("offloading") == tokenize("offload")
+    # a segment of a dotted path that is a key of its own is a token: `overlap_comm` meets the catalogue's
+    # `zero_optimization.overlap_comm`; a key that only ends like it (`tp_overlap_comm`) does not yield it
+    assert {"overlap_comm", "zero_optimization", "offload_param"} <= set(tokenize("zero_optimization.overlap_comm, zero_optimization.offload_param.device"))
+    assert "overlap_comm" not in tokenize("tensor_parallel.tp_overlap_comm")
 
 
 def test_weighted_fusion_mixes_both_signals() -> None:

@@ -62,6 +62,8 @@ def test_split_question_separates_the_ask_from_the_story() -> None:
     zh = split_question("我们用 8 张 A100 训练。怎么开启 ZeRO-3 的 offload？")
     assert zh.ask.startswith("怎么") and "A100" in zh.context
     assert identifiers("set overlap_comm and deepspeed.zero.Init, not ZeRO") == {"overlap_comm", "deepspeed.zero.init", "zero.init"}
+    # the path is what the text names, not its segments the tokenizer also gives
+    assert identifiers("set zero_optimization.overlap_comm") == {"zero_optimization.overlap_comm"}
 
 
 def test_abbreviations_meet_their_words_both_ways() -> None:
