@@ -24,7 +24,13 @@ from app.answer import (
     scored_candidates,
 )
 from app.answer_shapes import ERROR_LINE, missing_sides, question_kind, sides, snippet_line, status_line
-from app.coverage_overrides import answered_anyway, named_page_first, pages_asked, raised_message_line
+from app.coverage_overrides import (
+    answered_anyway,
+    key_entry_first,
+    named_page_first,
+    pages_asked,
+    raised_message_line,
+)
 from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
@@ -165,6 +171,8 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     decided = result.covered if result.covered is not None else result.relevance >= settings.no_answer_threshold
     asked = keys_named(request.question, engine.config_facts)
     defined = asked if asks_only_what_key_is(request.question, asked) else []  # keys asked for nothing but what they are
+    if defined and not named_first:
+        result, named_first = key_entry_first(engine, result, defined, topic=request.topic, source=request.source)
     if decided:  # a pasted message the installed deepspeed raises word for word: its raising line leads, covered or not
         raised = raised_message_line(engine, request.question, asked, pasted_only=True)
     else:

@@ -18,7 +18,10 @@ an entry of the index rather than by passages that happen to be close.
   in a covered answer only when nothing is asked beside the message.
 
 And for a question that asks only what a named page is about ("What is ZeRO?"), covered or not, that page's
-passage first and the answer's lead from it (`named_page_first`).
+passage first and the answer's lead from it (`named_page_first`); for one that asks only what a config key is,
+when the first passage does not name the key, the catalogue passage that holds the key's entry first, from
+the index when the search ranked it below the passages it returns (`key_entry_first`: "What does overlap_comm
+do?" was answered beside tensor_parallel's `tp_overlap_comm`, zero_optimization's entry seventh).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from app.query import (
     is_keyword_query,
     titles_in,
 )
-from app.retriever import SearchResult
+from app.retriever import Hit, SearchResult, matches_filter
 from indexer.tokenize import term_set
 
 
@@ -129,3 +132,23 @@ def named_page_first(result: SearchResult, pages: PagesAsked) -> tuple[SearchRes
     if first is None:
         return result, False
     return replace(result, hits=[result.hits[first], *result.hits[:first], *result.hits[first + 1:]]), True
+
+
+def key_entry_first(engine: Engine, result: SearchResult, keys: list[str], *, topic: str | None = None,
+                    source: str | None = None) -> tuple[SearchResult, bool]:
+    """For a question that asks only what config keys are (`keys`, full dotted names) and whose first passage
+    does not name the first of them: the catalogue passage holding its entry first, and whether it is; taken
+    from the index (in place of the last passage) when the search did not return it, unless the request's
+    filters leave the catalogue out."""
+    if not keys or not result.hits or keys[0].rsplit(".", 1)[-1] in term_set(result.hits[0].chunk.text):
+        return result, False  # the first passage names the key already (a tutorial's config that sets it)
+    entry = f"`{keys[0]}` ("  # how the catalogue opens a key's entry: "`section.key` (type ...; default ...)"
+    held = next((n for n, h in enumerate(result.hits) if h.chunk.source == "config" and entry in h.chunk.text), None)
+    if held is not None:
+        return replace(result, hits=[result.hits[held], *result.hits[:held], *result.hits[held + 1:]]), True
+    index, _ = engine.require()
+    found = next((i for i, c in enumerate(index.chunks) if c.source == "config" and entry in c.text and matches_filter(c, topic, source)), None)
+    if found is None:
+        return result, False
+    hit = Hit(index.chunks[found], result.hits[0].score, 0.0, 0.0, (found,))
+    return replace(result, hits=[hit, *result.hits[:-1]]), True

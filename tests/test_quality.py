@@ -319,7 +319,7 @@ def test_asking_what_a_key_does_is_never_refused(engine) -> None:
     coverage decision alone refused 42% and 57% of them at landing (a short question sits far from
     every passage); the catalogue's entry answers each, its type, default and what it does first.
     None of our answerable or unanswerable questions has this form: the rule changes none of their
-    figures."""
+    figures. Asked that way, the catalogue passage that holds the key's entry is the first passage."""
     facts = engine.config_facts
     leaves = sorted({p.rsplit(".", 1)[-1] for p in facts if "_" in p.rsplit(".", 1)[-1] and keys_named(p.rsplit(".", 1)[-1], facts)})
     assert len(leaves) > 150
@@ -330,6 +330,11 @@ def test_asking_what_a_key_does_is_never_refused(engine) -> None:
     assert reply.answer.startswith("Config: `zero_optimization.stage3_prefetch_bucket_size`")
     said = reply.answer.split("\n")[1]  # then what it does, in the catalogue's words
     assert said.startswith("`zero_optimization.stage3_prefetch_bucket_size`: ") and "prefetch" in said.lower()
+    # the catalogue passage holding the key's entry comes first, from the index when the search ranked it lower
+    # (overlap_comm: seventh, under tensor_parallel's tp_overlap_comm); a filter that leaves the catalogue out keeps it out
+    first = prepare(engine, AskRequest(question="What does overlap_comm do?")).passages[0]
+    assert first.source == "config" and "`zero_optimization.overlap_comm` (" in first.text
+    assert all(p.source == "docs" for p in prepare(engine, AskRequest(question="What does overlap_comm do?", source="docs")).passages)
     unanswerable = [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
     assert not [q for q in unanswerable if asks_only_what_key_is(q, keys_named(q, facts))]
 
