@@ -26,7 +26,10 @@ from indexer.snippet_status import CHECKED, RAN, SHOW_ORDER
 
 KINDS = ("error", "version", "compare", "config", "howto", "other")
 
-_ERROR = re.compile(r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b|\bassert(?:ion)?\b.{0,40}\bfail|报错|异常")
+# a pasted message without an exception class counts too: argparse's and a shell's ("train.py: error: argument
+# --deepspeed: invalid dict value", "-bash: deepspeed: command not found")
+_ERROR = re.compile(r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b|\bassert(?:ion)?\b.{0,40}\bfail|报错|异常"
+                    r"|(?<![\w-])error: |: command not found")
 _VERSION = re.compile(
     r"\b(?:removed|deprecated|no longer|still (?:supported|exists?|works?|available|there)|which (?:deepspeed )?(?:version|release)"
     r"|what (?:deepspeed )?(?:version|release)|since (?:which|what|version)|in (?:which|what) (?:version|release))\b"

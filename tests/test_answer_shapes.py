@@ -17,6 +17,8 @@ from indexer.text_units import Unit
     ("Traceback (most recent call last):\n  ...\nRuntimeError: CUDA out of memory. What now?", [], "error"),
     ("I get ValueError: train_batch_size is not equal to micro_batch * gas * world_size", [], "error"),
     ("训练时报错，怎么解决？", [], "error"),
+    ("sft.py: error: argument --deepspeed: invalid dict value: 'ds_z3.json'", [], "error"),  # argparse's, no exception class
+    ("-bash: deepspeed: command not found", [], "error"),
     ("Was the elasticity block removed from DeepSpeed?", [], "version"),
     ("Is cpu_offload still supported or deprecated?", ["zero_optimization.cpu_offload"], "version"),
     ("Since which version does AutoTP training work?", [], "version"),
