@@ -43,6 +43,7 @@ from app.query import (
     titles_in,
 )
 from app.retriever import Hit, SearchResult, matches_filter
+from indexer.text_units import CATALOGUE_ENTRY
 from indexer.tokenize import term_set
 
 
@@ -142,13 +143,18 @@ def key_entry_first(engine: Engine, result: SearchResult, keys: list[str], *, to
     filters leave the catalogue out."""
     if not keys or not result.hits or keys[0].rsplit(".", 1)[-1] in term_set(result.hits[0].chunk.text):
         return result, False  # the first passage names the key already (a tutorial's config that sets it)
-    entry = f"`{keys[0]}` ("  # how the catalogue opens a key's entry: "`section.key` (type ...; default ...)"
-    held = next((n for n, h in enumerate(result.hits) if h.chunk.source == "config" and entry in h.chunk.text), None)
+    held = next((n for n, h in enumerate(result.hits) if h.chunk.source == "config" and _holds_entry(h.chunk.text, keys[0])), None)
     if held is not None:
         return replace(result, hits=[result.hits[held], *result.hits[:held], *result.hits[held + 1:]]), True
     index, _ = engine.require()
-    found = next((i for i, c in enumerate(index.chunks) if c.source == "config" and entry in c.text and matches_filter(c, topic, source)), None)
+    found = next((i for i, c in enumerate(index.chunks)
+                  if c.source == "config" and matches_filter(c, topic, source) and _holds_entry(c.text, keys[0])), None)
     if found is None:
         return result, False
     hit = Hit(index.chunks[found], result.hits[0].score, 0.0, 0.0, (found,))
     return replace(result, hits=[hit, *result.hits[:-1]]), True
+
+
+def _holds_entry(text: str, key: str) -> bool:
+    """Whether a catalogue passage holds the entry of `key` (a line `CATALOGUE_ENTRY` reads as that key's)."""
+    return any(m is not None and m.group("key") == key for m in map(CATALOGUE_ENTRY.match, text.splitlines()))
