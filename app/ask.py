@@ -42,7 +42,7 @@ from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
 from indexer.documents import Snippet
 from indexer.snippet_status import CHECKED, LABELS, RAN, SHOW_ORDER, verdict
 from indexer.store import LoadedIndex
-from indexer.text_units import Unit
+from indexer.text_units import Unit, without_type_and_default
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +246,9 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
                            before)
         body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
         keys = config_line(result.query, f"{before} {body}", facts)
+    for key in keys_named(result.query, facts) if keys else []:  # the Config line gives the asked keys' type and default
+        if f"`{key}` (" in keys:
+            body = without_type_and_default(body, key)
     parts = [keys, head, body] if kind == "config" and keys else [head, body, keys]
     return "\n".join(p for p in [*parts, tail] if p)
 

@@ -300,6 +300,13 @@ def bare_entry_key(unit: str) -> str | None:
     return m.group("key") if m else None
 
 
+def without_type_and_default(text: str, key: str) -> str:
+    """`text` with the catalogue entry unit of `key` ("`a.b` (int, default 0): what it does", as `text_units`
+    writes one) told without its type and default ("`a.b`: what it does"): for an answer whose Config line
+    gives them already."""
+    return re.sub(rf"`{re.escape(key)}` \([^()]*\bdefault [^()]*\): ", f"`{key}`: ", text)
+
+
 def _line_key(line: str) -> str | None:
     """The key of a `key: [type]` line (`section:key` read as `section.key`), else None."""
     m = _KEY_LINE.match(line.strip())

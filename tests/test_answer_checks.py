@@ -42,7 +42,7 @@ from eval.answer_quality import (
 )
 from eval.question_set import load_question_set, split_of
 from indexer.documents import Chunk, Snippet
-from indexer.text_units import text_units, unit_table
+from indexer.text_units import text_units, unit_table, without_type_and_default
 from indexer.tokenize import tokenize
 
 
@@ -665,3 +665,11 @@ def test_chinese_answers_name_the_terms_they_matched() -> None:
     phrasing = Glossary({"为什么": "why", "拿不到": "cannot get cannot access", "模型": "model", "梯度裁剪": "gradient clipping gradient_clipping"})
     assert terms_line(phrasing, "为什么模型的梯度裁剪拿不到？") == "术语：梯度裁剪 → gradient clipping gradient_clipping\n"
     assert terms_line(phrasing, "为什么模型拿不到？") == ""
+
+
+def test_a_catalogue_entry_is_told_without_the_type_and_default_the_config_line_gives() -> None:
+    body = "`zero_optimization.overlap_comm` (bool | None, default None): Attempts to overlap. [1] `tensor_parallel.tp_overlap_comm` (bool, default False): Whether to overlap. [2]"
+    out = without_type_and_default(body, "zero_optimization.overlap_comm")
+    assert out.startswith("`zero_optimization.overlap_comm`: Attempts to overlap. [1]")
+    assert "`tensor_parallel.tp_overlap_comm` (bool, default False):" in out  # another key's entry keeps its facts
+    assert without_type_and_default("`a.b` (int, default f(0)): x", "a.b") == "`a.b` (int, default f(0)): x"  # nested: left as is

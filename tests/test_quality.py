@@ -334,6 +334,8 @@ def test_asking_what_a_key_does_is_never_refused(engine) -> None:
     # (overlap_comm: seventh, under tensor_parallel's tp_overlap_comm); a filter that leaves the catalogue out keeps it out
     first = prepare(engine, AskRequest(question="What does overlap_comm do?")).passages[0]
     assert first.source == "config" and "`zero_optimization.overlap_comm` (" in first.text
+    said = ask(engine, AskRequest(question="What does overlap_comm do?")).answer  # its type and default once, in the Config line
+    assert said.startswith("Config: `zero_optimization.overlap_comm` (") and said.count("default None") == 1
     assert all(p.source == "docs" for p in prepare(engine, AskRequest(question="What does overlap_comm do?", source="docs")).passages)
     unanswerable = [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
     assert not [q for q in unanswerable if asks_only_what_key_is(q, keys_named(q, facts))]
