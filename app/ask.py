@@ -246,7 +246,7 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
                            before)
         body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
         keys = config_line(result.query, f"{before} {body}", facts)
-    for key in keys_named(result.query, facts) if keys else []:  # the Config line gives the asked keys' type and default
+    for key in named if keys else []:  # the Config line gives the asked keys' type and default
         if f"`{key}` (" in keys:
             body = without_type_and_default(body, key)
     parts = [keys, head, body] if kind == "config" and keys else [head, body, keys]

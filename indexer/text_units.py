@@ -290,7 +290,9 @@ def _finish(unit: str) -> str | None:
     return unit
 
 
-_BARE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \([^()]*\bdefault [^()]*\)\.$")
+# how a unit tells a catalogue key's type and default after its name, as `text_units` writes it: "(int, default 0)"
+_TYPE_AND_DEFAULT = r"\([^()]*\bdefault [^()]*\)"
+_BARE_ENTRY = re.compile(rf"^`(?P<key>[\w.]+)` {_TYPE_AND_DEFAULT}\.$")
 
 
 def bare_entry_key(unit: str) -> str | None:
@@ -304,7 +306,7 @@ def without_type_and_default(text: str, key: str) -> str:
     """`text` with the catalogue entry unit of `key` ("`a.b` (int, default 0): what it does", as `text_units`
     writes one) told without its type and default ("`a.b`: what it does"): for an answer whose Config line
     gives them already."""
-    return re.sub(rf"`{re.escape(key)}` \([^()]*\bdefault [^()]*\): ", f"`{key}`: ", text)
+    return re.sub(rf"`{re.escape(key)}` {_TYPE_AND_DEFAULT}: ", f"`{key}`: ", text)
 
 
 def _line_key(line: str) -> str | None:
