@@ -30,6 +30,7 @@ from app.coverage_overrides import (
     named_page_first,
     pages_asked,
     raised_message_line,
+    told_alone,
 )
 from app.engine import Engine
 from app.errors import UpstreamFailed
@@ -206,8 +207,11 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
         terms = unaccepted + terms + raised  # a raised message's line leads, after the Chinese terms
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model, result.seen_units)
-        draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined,
-                                      1 if named_first else None)
+        if raised and told_alone(request.question, raised):
+            draft = terms + ERROR_LINE  # the known failure's why and fix, and where the whole log goes
+        else:
+            draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined,
+                                          1 if named_first else None)
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)
 
 

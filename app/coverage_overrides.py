@@ -15,7 +15,9 @@ an entry of the index rather than by passages that happen to be close.
   condition and fix lead the answer (21 of 40 sampled catalogue messages refused); a covered question that
   is little but such a message gets the line too (`raised_message_line`); so does a message that holds a text
   of a known failure of our notes (torch's "CUDA out of memory", NCCL's watchdog timeout), its name, why and fix,
-  in a covered answer only when nothing is asked beside the message.
+  in a covered answer only when nothing is asked beside the message; pasted alone, such a failure's why and fix are
+  the whole answer (`told_alone`), and a refused message with no exception class ("[Rank 3] Watchdog caught collective
+  operation timeout: ...") that holds one of its texts is answered by it too (`shows_known_failure`).
 
 And for a question that asks only what a named page is about ("What is ZeRO?"), covered or not, that page's
 passage first and the answer's lead from it (`named_page_first`); for one that asks only what a config key is,
@@ -43,6 +45,7 @@ from app.query import (
     titles_in,
 )
 from app.retriever import Hit, SearchResult, matches_filter
+from indexer.known_causes import KNOWN_ERRORS_URL, read_known_causes
 from indexer.text_units import CATALOGUE_ENTRY
 from indexer.tokenize import term_set
 
@@ -97,9 +100,9 @@ def raised_message_line(engine: Engine, question: str, asked: list[str], *, past
     leads its answer (where it is raised, the condition, the fix); else "". `pasted_only`: only when the
     question is little but that message (a covered question that tells more is answered from its passages;
     the line took the room of the docs' answer in 2 of the 8 test questions that quote one)."""
-    if question_kind(question, asked) != "error":
+    if question_kind(question, asked) != "error" and (pasted_only or not shows_known_failure(engine, question)):
         return ""
-    if pasted_only and len(extract_error(question)[1].split()) < PASTED_SHARE * len(question.split()):
+    if pasted_only and not little_but_message(question):
         return ""  # checked before diagnosing: most covered questions stop here
     index, _ = engine.require()
     # a known failure our notes describe (no line of deepspeed raises it) leads a covered answer only when nothing
@@ -110,6 +113,32 @@ def raised_message_line(engine: Engine, question: str, asked: list[str], *, past
 
 
 _ASKS = re.compile(r"[?？]")
+
+
+def little_but_message(question: str) -> bool:
+    """Whether a question is little but the error message it quotes (the message holds PASTED_SHARE of its words)."""
+    return len(extract_error(question)[1].split()) >= PASTED_SHARE * len(question.split())
+
+
+def shows_known_failure(engine: Engine, question: str) -> bool:
+    """Whether a question that asks nothing quotes a message by which our notes know a failure, one with no exception
+    class in it ("[Rank 3] Watchdog caught collective operation timeout: ...": it reads as no error, and was refused);
+    a text of at least KNOWN_MESSAGE_WORDS words, so that naming a symbol a known failure's log shows is not one."""
+    if _ASKS.search(question):
+        return False
+    low = question.lower()
+    return any(len(c.found_in(low).split()) >= KNOWN_MESSAGE_WORDS for c in read_known_causes(engine.settings.notes_dir))
+
+
+KNOWN_MESSAGE_WORDS = 4
+
+
+def told_alone(question: str, lead: str) -> bool:
+    """Whether a raised message's line is the whole answer: a known failure deepspeed does not raise (torch's out of
+    memory, a missing module), cited from our notes, for a question that is little but its message and asks nothing
+    beside it; the passages quoted after it were about the message's words, not the failure ("No module named
+    'deepspeed'" was followed by set_z3_leaf_modules, a CUDA out of memory by the CUDA version mismatch)."""
+    return f"(source: {KNOWN_ERRORS_URL}" in lead and not _ASKS.search(question) and little_but_message(question)
 
 
 def api_pages_asked(engine: Engine, question: str) -> frozenset[str]:

@@ -22,6 +22,7 @@ from typing import Any
 from indexer.markdown import slugify_kramdown
 
 KNOWN_ERRORS_NOTE = "known-errors.md"
+KNOWN_ERRORS_URL = "dsqa://notes/known-errors"  # where a known cause is cited: this, "#" and its title's anchor
 _FIELD = re.compile(r"^(Matches|Why|Check|Fix|Config|Harmless|Hangs):\s*(.*)$")
 _MATCH = re.compile(r"`([^`]+)`(\s*\(follow-up\))?")
 
@@ -61,7 +62,7 @@ class KnownCause:
         return max((m for m in self.matches if m.lower() in text), key=len, default="")
 
 
-def parse_known_causes(markdown: str, base_url: str = "dsqa://notes/known-errors") -> list[KnownCause]:
+def parse_known_causes(markdown: str, base_url: str = KNOWN_ERRORS_URL) -> list[KnownCause]:
     causes: list[KnownCause] = []
     for block in re.split(r"^## ", markdown, flags=re.M)[1:]:
         title, _, body = block.partition("\n")

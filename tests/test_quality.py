@@ -463,6 +463,19 @@ def test_a_pasted_message_of_a_known_failure_leads_with_it(engine) -> None:
     nccl = ask(engine, AskRequest(question="torch.distributed.DistBackendError: [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
                                            "OpType=ALLREDUCE) ran for 600005 milliseconds before timing out."))
     assert nccl.covered and nccl.answer.startswith("NCCL watchdog timeout on a collective: ")
+    # pasted alone, the failure's why and fix are the whole answer: the passages after it shared only the message's
+    # words ("No module named 'deepspeed'" went on with set_z3_leaf_modules, the out of memory with CUDA versions)
+    for reply in (oom, ask(engine, AskRequest(question="ModuleNotFoundError: No module named 'deepspeed'"))):
+        lead, rest = reply.answer.split("\n", 1)
+        assert "(source: dsqa://notes/known-errors#" in lead and rest == ERROR_LINE, reply.answer
+    # a message without an exception class, refused before as no error at all
+    bare = ask(engine, AskRequest(question="[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, "
+                                           "NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800439 milliseconds before timing out."))
+    assert bare.covered and bare.answer.startswith("NCCL watchdog timeout on a collective: ")
+    # a message deepspeed raises keeps the docs' passages after its line (they held the answer of test questions)
+    batch = ask(engine, AskRequest(question="AssertionError: Check batch related parameters. train_batch_size is not equal to "
+                                            "micro_batch_per_gpu * gradient_acc_step * world_size 16 != 4 * 1 * 2"))
+    assert batch.answer.count("\n") >= 2 and "[1]" in batch.answer
     asked = ask(engine, AskRequest(question="torch.cuda.OutOfMemoryError: CUDA out of memory. Does DeepSpeed have guidance on "
                                             "memory fragmentation?"))
     assert not asked.answer.startswith("CUDA out of memory during training")
