@@ -176,7 +176,7 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
                 key = entry.group("key")
                 rest = entry.group("rest").strip()
                 typed = f"`{key}` ({entry.group('type')}, default {entry.group('default')})"
-                items.append(("entry", f"{typed}: {rest}" if rest else f"{typed}.", key, header))
+                items.append(("prose", f"{typed}: {rest}" if rest else f"{typed}.", key, header))
                 continue
             if _ARG_SECTION.match(line):
                 in_args = True
@@ -218,7 +218,7 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
             if _LIST_ITEM.match(line):
                 items.append(("prose", _LIST_ITEM.sub("", line), key, header))
                 caption = None
-            elif items and items[-1][0] in ("prose", "arg", "entry"):
+            elif items and items[-1][0] in ("prose", "arg"):
                 # a wrapped line continues the item; after a hard break, a line that starts anew reads as what the
                 # line before introduced ("Install DeepSpeed \\" then "`pip install deepspeed`")
                 joint = ": " if after_break and not items[-1][1].endswith((".", "!", "?", ":")) and line[:1] in _STARTS_ANEW else " "
@@ -235,8 +235,6 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
                 pieces = [flat]
             else:
                 pieces = _split_sentences(flat)
-                if kind == "entry":  # a catalogue entry's later sentences say nothing without its key ("Required for ...")
-                    pieces[1:] = [f"`{row_key}`: {p}" for p in pieces[1:]]
             for piece in pieces:
                 finished = _finish(piece)
                 if finished is not None and not _drop(finished):

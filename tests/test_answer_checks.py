@@ -306,21 +306,6 @@ def test_the_docs_entry_under_a_catalogue_key_is_a_unit_of_its_own() -> None:
     assert "``" not in described and "`offload_optimizer`" in described
 
 
-def test_every_sentence_of_a_catalogue_entry_names_its_key() -> None:
-    """A catalogue entry's second sentence was a unit without its key ("Required for asynchronous, full-bandwidth
-    GPU<->CPU transfers ..." quoted in an answer on overlap_comm, about neither key it named)."""
-    text = ("`zero_optimization.offload_param.pin_memory` (type bool; default True). Offload to page-locked (pinned) CPU\n"
-            "memory. Required for asynchronous, full-bandwidth GPU<->CPU transfers. Defaults to True.\n\n"
-            "`zero_optimization.overlap_comm` (type bool | None; default None). Attempts to overlap the reduction.")
-    units = [u.text for u in text_units(text)]
-    assert units == [
-        "`zero_optimization.offload_param.pin_memory` (bool, default True): Offload to page-locked (pinned) CPU memory.",
-        "`zero_optimization.offload_param.pin_memory`: Required for asynchronous, full-bandwidth GPU<->CPU transfers.",
-        "`zero_optimization.offload_param.pin_memory`: Defaults to True.",
-        "`zero_optimization.overlap_comm` (bool | None, default None): Attempts to overlap the reduction.",
-    ]
-
-
 def test_a_known_cause_of_our_notes_is_quoted_field_by_field() -> None:
     """Every section of the known-errors note gave one unit "Matches: `...` | `...` Why: ...": the doctor's match
     texts read as the start of the why. Why, check and fix are a unit each; the match texts and flags none."""
