@@ -16,8 +16,9 @@ an entry of the index rather than by passages that happen to be close.
   is little but such a message gets the line too (`raised_message_line`); so does a message that holds a text
   of a known failure of our notes (torch's "CUDA out of memory", NCCL's watchdog timeout), its name, why and fix,
   in a covered answer only when nothing is asked beside the message; pasted alone, such a failure's why and fix are
-  the whole answer (`told_alone`), and a refused message with no exception class ("[Rank 3] Watchdog caught collective
-  operation timeout: ...") that holds one of its texts is answered by it too (`shows_known_failure`).
+  the whole answer (`told_alone`); a line pasted without an exception class ("[Rank 3] Watchdog caught collective
+  operation timeout: ...", "Current loss scale already at minimum ...") that holds one of its texts of 4+ words is
+  read the same way (`shows_known_failure`; a question of someone telling of it is not a pasted line, `little_but_message`).
 
 And for a question that asks only what a named page is about ("What is ZeRO?"), covered or not, that page's
 passage first and the answer's lead from it (`named_page_first`); for one that asks only what a config key is,
@@ -100,7 +101,7 @@ def raised_message_line(engine: Engine, question: str, asked: list[str], *, past
     leads its answer (where it is raised, the condition, the fix); else "". `pasted_only`: only when the
     question is little but that message (a covered question that tells more is answered from its passages;
     the line took the room of the docs' answer in 2 of the 8 test questions that quote one)."""
-    if question_kind(question, asked) != "error" and (pasted_only or not shows_known_failure(engine, question)):
+    if question_kind(question, asked) != "error" and not shows_known_failure(engine, question):
         return ""
     if pasted_only and not little_but_message(question):
         return ""  # checked before diagnosing: most covered questions stop here
@@ -116,14 +117,24 @@ _ASKS = re.compile(r"[?？]")
 
 
 def little_but_message(question: str) -> bool:
-    """Whether a question is little but the error message it quotes (the message holds PASTED_SHARE of its words)."""
-    return len(extract_error(question)[1].split()) >= PASTED_SHARE * len(question.split())
+    """Whether a question is little but the error message it quotes: the message of its error line holds PASTED_SHARE
+    of its words, or, with no error line in it, it is a pasted line that speaks to no one ("Current loss scale already
+    at minimum - cannot decrease scale anymore. Exiting run.", not "my run stops with ...")."""
+    words, said = len(question.split()), len(extract_error(question)[1].split())
+    if said < words:  # an error line among other words
+        return said >= PASTED_SHARE * words
+    return not _SPEAKS.search(question)
+
+
+# the words of someone writing about a message, not of the message (which may say "you", "please", "should")
+_SPEAKS = re.compile(r"\b(?:i|i'm|i've|me|my|we|our|us|how|what|why|anyone|help|idea|thanks?)\b|我|怎|如何|为什么|吗|呢", re.I)
 
 
 def shows_known_failure(engine: Engine, question: str) -> bool:
     """Whether a question that asks nothing quotes a message by which our notes know a failure, one with no exception
-    class in it ("[Rank 3] Watchdog caught collective operation timeout: ...": it reads as no error, and was refused);
-    a text of at least KNOWN_MESSAGE_WORDS words, so that naming a symbol a known failure's log shows is not one."""
+    class in it ("[Rank 3] Watchdog caught collective operation timeout: ...", "Current loss scale already at minimum":
+    it reads as no error, and was refused or answered from passages that share its words); a text of at least
+    KNOWN_MESSAGE_WORDS words, so that naming a symbol a known failure's log shows is not one."""
     if _ASKS.search(question):
         return False
     low = question.lower()
