@@ -57,7 +57,7 @@ def _fixed_parts(template: str) -> list[str]:
 WEAK_EXACT = 0.4  # an exact match whose fixed text is less of the message than this gives way to a close longer one; chosen on the tune logs
 
 
-def _fixed_chars(entry: RaisedError) -> int:
+def fixed_chars(entry: RaisedError) -> int:
     """How much of a catalogue message is fixed text (its holes left out)."""
     return len(entry.template.replace("{}", ""))
 
@@ -79,8 +79,8 @@ def exact_matches(message: str, catalogue: tuple[RaisedError, ...]) -> list[Rais
     versions (`nearest`) goes before it."""
     exact = [e for e, fragment, pattern in _compiled(catalogue)
              if fragment in message and (found := pattern.search(message)) and not _ends_a_longer_sentence(message, found)]
-    exact.sort(key=lambda e: -_fixed_chars(e))
-    if exact and _fixed_chars(exact[0]) < WEAK_EXACT * len(message):
+    exact.sort(key=lambda e: -fixed_chars(e))
+    if exact and fixed_chars(exact[0]) < WEAK_EXACT * len(message):
         longer = [e for _, e in nearest(message, catalogue) if e not in exact[:1]]
         exact = longer[:1] + exact
     return exact

@@ -18,7 +18,8 @@ an entry of the index rather than by passages that happen to be close.
   in a covered answer only when nothing is asked beside the message; pasted alone, such a failure's why and fix are
   the whole answer (`told_alone`); a line pasted without an exception class ("[Rank 3] Watchdog caught collective
   operation timeout: ...", "Current loss scale already at minimum ...") that holds one of its texts of 4+ words is
-  read the same way (`shows_known_failure`; a question of someone telling of it is not a pasted line, `little_but_message`).
+  read the same way (`shows_known_failure`; a question of someone telling of it is not a pasted line, `little_but_message`),
+  and so is a line pasted without its exception class that is a message deepspeed raises (`quotes_raised_message`).
 
 And for a question that asks only what a named page is about ("What is ZeRO?"), covered or not, that page's
 passage first and the answer's lead from it (`named_page_first`); for one that asks only what a config key is,
@@ -33,6 +34,7 @@ import re
 from dataclasses import dataclass, replace
 
 from app.answer_shapes import question_kind, status_line
+from app.catalogue_match import catalogue_for, exact_matches, fixed_chars
 from app.doctor import diagnose_with, raised_line
 from app.engine import Engine
 from app.error_log import extract_error
@@ -101,7 +103,7 @@ def raised_message_line(engine: Engine, question: str, asked: list[str], *, past
     leads its answer (where it is raised, the condition, the fix); else "". `pasted_only`: only when the
     question is little but that message (a covered question that tells more is answered from its passages;
     the line took the room of the docs' answer in 2 of the 8 test questions that quote one)."""
-    if question_kind(question, asked) != "error" and not shows_known_failure(engine, question):
+    if question_kind(question, asked) != "error" and not (shows_known_failure(engine, question) or quotes_raised_message(engine, question)):
         return ""
     if pasted_only and not little_but_message(question):
         return ""  # checked before diagnosing: most covered questions stop here
@@ -142,6 +144,21 @@ def shows_known_failure(engine: Engine, question: str) -> bool:
 
 
 KNOWN_MESSAGE_WORDS = 4
+
+
+def quotes_raised_message(engine: Engine, question: str) -> bool:
+    """Whether a line pasted without its exception class is a message the installed deepspeed raises, nearly word for
+    word: the fixed text of the catalogue message it matches is at least RAISED_SHARE of the line ("Only tuple of
+    tensors is supported. Got Unsupported input type: ..." was answered from pipeline passages that share its words)."""
+    if _ASKS.search(question) or _SPEAKS.search(question):
+        return False
+    index, _ = engine.require()
+    flat = " ".join(question.split())
+    found = exact_matches(flat, catalogue_for(index.path)[1])
+    return bool(found) and fixed_chars(found[0]) >= RAISED_SHARE * len(flat)
+
+
+RAISED_SHARE = 0.5
 
 
 def told_alone(question: str, lead: str) -> bool:
