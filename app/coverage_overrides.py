@@ -37,7 +37,7 @@ from app.answer_shapes import question_kind, status_line
 from app.catalogue_match import catalogue_for, exact_matches, fixed_chars
 from app.doctor import diagnose_with, raised_line
 from app.engine import Engine
-from app.error_log import extract_error
+from app.error_log import extract_error, without_traceback
 from app.query import (
     SEARCH_WORDS,
     api_names_in,
@@ -120,9 +120,9 @@ _ASKS = re.compile(r"[?？]")
 
 def little_but_message(question: str) -> bool:
     """Whether a question is little but the error message it quotes: the message of its error line holds PASTED_SHARE
-    of its words, or, with no error line in it, it is a pasted line that speaks to no one ("Current loss scale already
+    of its words (a pasted traceback's frames are no words of it: a whole traceback was answered from the docs), or, with no error line in it, it is a pasted line that speaks to no one ("Current loss scale already
     at minimum - cannot decrease scale anymore. Exiting run.", not "my run stops with ...")."""
-    words, said = len(question.split()), len(extract_error(question)[1].split())
+    words, said = len(without_traceback(question).split()), len(extract_error(question)[1].split())
     if said < words:  # an error line among other words
         return said >= PASTED_SHARE * words
     return not _SPEAKS.search(question)

@@ -55,6 +55,12 @@ def extract_error(log: str) -> tuple[str, str]:
     return last_error(clean_log(log))
 
 
+def without_traceback(log: str) -> str:
+    """A pasted text without its traceback's machinery: the "Traceback" header, the frames and their source lines,
+    progress bars (what is left: the error line and the words written around it)."""
+    return "\n".join(ln for ln in clean_log(log).splitlines() if not _NOT_AN_ERROR.match(ln))
+
+
 def last_error(text: str) -> tuple[str, str]:
     lines = text.splitlines()
     for i in range(len(lines) - 1, -1, -1):

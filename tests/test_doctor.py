@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from app.catalogue_match import catalogue_for, leading_matches
 from app.doctor import diagnose, raised_line
-from app.error_log import extract_error, versions_in
+from app.error_log import extract_error, versions_in, without_traceback
 from indexer.error_catalogue import build_error_catalogue
 
 RAISED = [  # (the log's last lines, the file and function that raise it)
@@ -219,6 +219,12 @@ def test_extraction_reads_through_ranks_colours_and_versions() -> None:
     assert extract_error(log) == ("AssertionError", "results_dir cannot be empty")
     assert versions_in(log) == {"deepspeed": "0.16.4", "torch": "2.5.1"}
     assert "from deepspeed 0.16.4" in diagnose(log).causes[0].explanation  # another version than the catalogue's
+
+
+def test_a_traceback_without_its_machinery_is_the_error_line_and_the_words_around_it() -> None:
+    log = ("my job died:\nTraceback (most recent call last):\n  File \"train.py\", line 5, in <module>\n    main()\n"
+           "[rank1]: RuntimeError: boom happened\n 45%|####      | 9/20\nany idea?")
+    assert without_traceback(log).split("\n") == ["my job died:", "RuntimeError: boom happened", "any idea?"]
 
 
 def test_a_chinese_locale_machine_s_shell_and_system_messages_are_read_in_english() -> None:

@@ -482,6 +482,11 @@ def test_a_pasted_message_of_a_known_failure_leads_with_it(engine) -> None:
     # notes' 314 failures led with their own when pasted so, 257 now): the failure leads, deepspeed's raising line cited
     line = ask(engine, AskRequest(question="Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."))
     assert line.answer.startswith("Fp16 loss scale hits its minimum") and "/deepspeed/runtime/fp16/loss_scaler.py#L" in line.answer
+    # a whole traceback pasted: its frames are no words of the asker (it was answered from loss.backward passages)
+    traceback = ("Traceback (most recent call last):\n  File \"/home/user/train.py\", line 55, in <module>\n    loss.backward()\n"
+                 "  File \"/opt/conda/lib/python3.10/site-packages/torch/_tensor.py\", line 522, in backward\n"
+                 "    torch.autograd.backward(\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB.")
+    assert ask(engine, AskRequest(question=traceback)).answer.startswith("CUDA out of memory during training: ")
     told = ask(engine, AskRequest(question="my run stops with Current loss scale already at minimum after 2 hours on V100, fp16"))
     assert not told.answer.startswith("Fp16 loss scale")  # someone telling of the message is answered from the docs
     # a message deepspeed raises keeps the docs' passages after its line (they held the answer of test questions)
