@@ -355,12 +355,14 @@ def closest_known_cause(retriever: Any, known: tuple[KnownCause, ...]) -> Any:
     return closest
 
 
-def raised_line(diagnosis: Diagnosis, *, known_failures: bool = True) -> str:
+def raised_line(diagnosis: Diagnosis, *, known_failures: bool = True, nearest: bool = False) -> str:
     """For an answer to a question that quotes an error: where the installed deepspeed raises it and the first
     cause's fix, when the message is one it raises word for word, or (`known_failures`) a known failure whose text
     the message holds (torch's "CUDA out of memory", NCCL's watchdog timeout); a known failure is told by its name,
-    the first sentence of why and its fix (the doctor gives the rest); else ""."""
-    if diagnosis.matched != "exact" or not diagnosis.causes:
+    the first sentence of why and its fix (the doctor gives the rest); with `nearest` (a pasted log), the doctor's
+    first cause also when it matched the nearest way (the line a cut-off traceback stops at, a close message, a known
+    failure the log shows beside its error), told as it matched; else ""."""
+    if diagnosis.matched not in (("exact", "nearest") if nearest else ("exact",)) or not diagnosis.causes:
         return ""
     cause = diagnosis.causes[0]
     known = next((url for url, title in zip(cause.doc_urls, cause.doc_titles, strict=False) if title.startswith(KNOWN_TITLE)), "")
