@@ -641,7 +641,9 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     20 more (tune-err-x01..w11; three searchers found few threads left unused), scored fresh: 11 right (55.0%); four
     sections (DeepSpeed not installed, an empty --master_addr, transformers 4.53's --deepspeed parsing, ms-swift's
     one process for several GPUs) and wording in two (hidden_size as an AttributeError, PEFT's empty modules_to_save):
-    17 of 20, the 636 at 89.3% (test unchanged). Issue 15's 80% is not reached. Paraphrased failures the note covers lead with their known
+    17 of 20, the 636 at 89.3% (test unchanged). Batch M (stop 60): 5 more (tune-err-va01..vb02; two searchers found
+    five settled threads left), scored fresh: 4 right; one section (LLaMA-Factory's FORCE_TORCHRUN): 5 of 5, the 641 at
+    89.4% (test unchanged). Issue 15's 80% is not reached. Paraphrased failures the note covers lead with their known
     cause; an error nothing is close to does not get one."""
     from corpus import NOTES_DIR
     from eval.doctor_eval import run_doctor_eval
@@ -653,7 +655,7 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
     assert shipped["test"]["matched"]["none"] == 0 and shipped["test"]["matched"]["retrieval"] > 0
     assert shipped["test"]["cause_at_1"] >= 0.69 and shipped["test"]["source_in_3"] >= 0.85
     assert shipped["test"]["cause_at_1"] >= bare["test"]["cause_at_1"] and shipped["tune"]["cause_at_1"] >= 0.9
-    assert shipped["tune_only"]["logs"] == 636 and shipped["tune_only"]["cause_at_1"] >= 0.89 and shipped["tune_only"]["source_in_3"] >= 0.83
+    assert shipped["tune_only"]["logs"] == 641 and shipped["tune_only"]["cause_at_1"] >= 0.89 and shipped["tune_only"]["source_in_3"] >= 0.83
     from app.doctor import diagnose_with
 
     def first_cause(message: str) -> str:
