@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,11 @@ class KnownCause:
 
     def found_in(self, text: str) -> str:
         """The longest of its texts that `text` (lower-cased) holds, or ''."""
-        return max((m for m in self.matches if m.lower() in text), key=len, default="")
+        return max((m for m, low in zip(self.matches, self._lowered, strict=True) if low in text), key=len, default="")
+
+    @cached_property
+    def _lowered(self) -> tuple[str, ...]:  # every question and log is held against all of them
+        return tuple(m.lower() for m in self.matches)
 
 
 def parse_known_causes(markdown: str, base_url: str = KNOWN_ERRORS_URL) -> list[KnownCause]:
