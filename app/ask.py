@@ -26,6 +26,7 @@ from app.answer import (
 from app.answer_shapes import ERROR_LINE, missing_sides, question_kind, sides, snippet_line, status_line
 from app.coverage_overrides import (
     answered_anyway,
+    cited_failure_first,
     key_entry_first,
     named_page_first,
     pages_asked,
@@ -179,6 +180,9 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     else:
         rule, raised = answered_anyway(engine, request.question, result, asked, defined, named)
         decided = rule is not None
+    alone = bool(raised) and told_alone(request.question, raised)  # a known failure's why and fix: the whole answer
+    if alone:
+        result = cited_failure_first(engine, result, raised, topic=request.topic, source=request.source)
     covered = bool(result.hits) and decided
     passages = [
         Passage(
@@ -207,7 +211,7 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
         terms = unaccepted + terms + raised  # a raised message's line leads, after the Chinese terms
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model, result.seen_units)
-        if raised and told_alone(request.question, raised):
+        if alone:
             draft = terms + ERROR_LINE  # the known failure's why and fix, and where the whole log goes
         else:
             draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined,

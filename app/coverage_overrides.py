@@ -16,7 +16,7 @@ an entry of the index rather than by passages that happen to be close.
   is little but such a message gets the line too (`raised_message_line`); so does a message that holds a text
   of a known failure of our notes (torch's "CUDA out of memory", NCCL's watchdog timeout), its name, why and fix,
   in a covered answer only when nothing is asked beside the message; pasted alone, such a failure's why and fix are
-  the whole answer (`told_alone`); a line pasted without an exception class ("[Rank 3] Watchdog caught collective
+  the whole answer (`told_alone`), its note's passage first among the passages (`cited_failure_first`); a line pasted without an exception class ("[Rank 3] Watchdog caught collective
   operation timeout: ...", "Current loss scale already at minimum ...") that holds one of its texts of 4+ words is
   read the same way (`shows_known_failure`; a question of someone telling of it is not a pasted line, `little_but_message`),
   and so is a line pasted without its exception class that is a message deepspeed raises (`quotes_raised_message`).
@@ -225,6 +225,27 @@ def key_entry_first(engine: Engine, result: SearchResult, keys: list[str], *, to
         return result, False
     hit = Hit(index.chunks[found], result.hits[0].score, 0.0, 0.0, (found,))
     return replace(result, hits=[hit, *result.hits[:-1]]), True
+
+
+def cited_failure_first(engine: Engine, result: SearchResult, lead: str, *, topic: str | None = None,
+                        source: str | None = None) -> SearchResult:
+    """The passage of our notes a known failure's line cites (`told_alone`) first among the passages, taken from the
+    index (in place of the last passage) when the search did not return it, unless the request's filters leave the
+    notes out: the reply's passages began with the docs the message's words matched, the note it quotes fifth or absent."""
+    m = _CITED.search(lead)
+    if m is None or not result.hits:
+        return result
+    held = next((n for n, h in enumerate(result.hits) if h.chunk.url == m.group(1)), None)
+    if held is not None:
+        return replace(result, hits=[result.hits[held], *result.hits[:held], *result.hits[held + 1:]])
+    index, _ = engine.require()
+    found = next((i for i, c in enumerate(index.chunks) if c.url == m.group(1) and matches_filter(c, topic, source)), None)
+    if found is None:
+        return result
+    return replace(result, hits=[Hit(index.chunks[found], result.hits[0].score, 0.0, 0.0, (found,)), *result.hits[:-1]])
+
+
+_CITED = re.compile(rf"\(source: ({re.escape(KNOWN_ERRORS_URL)}#[^)\s]+)\)")
 
 
 def _holds_entry(text: str, key: str) -> bool:

@@ -474,6 +474,7 @@ def test_a_pasted_message_of_a_known_failure_leads_with_it(engine) -> None:
     for reply in (oom, ask(engine, AskRequest(question="ModuleNotFoundError: No module named 'deepspeed'"))):
         lead, rest = reply.answer.split("\n", 1)
         assert "(source: dsqa://notes/known-errors#" in lead and rest == ERROR_LINE, reply.answer
+        assert f"(source: {reply.passages[0].url})" in lead  # the note it quotes heads the passages (fifth or absent)
     # a message without an exception class, refused before as no error at all
     bare = ask(engine, AskRequest(question="[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, "
                                            "NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800439 milliseconds before timing out."))
