@@ -16,7 +16,8 @@ an entry of the index rather than by passages that happen to be close.
   is little but such a message gets the line too (`raised_message_line`); so does a message that holds a text
   of a known failure of our notes (torch's "CUDA out of memory", NCCL's watchdog timeout), its name, why and fix,
   in a covered answer only when nothing is asked beside the message; pasted alone, such a failure's why and fix are
-  the whole answer (`told_alone`), its note's passage first among the passages (`cited_failure_first`); a line pasted without an exception class ("[Rank 3] Watchdog caught collective
+  the whole answer (`told_alone`; also when nothing but its cause or fix is asked beside it, `asks_only_for_a_fix`),
+  its note's passage first among the passages (`cited_failure_first`); a line pasted without an exception class ("[Rank 3] Watchdog caught collective
   operation timeout: ...", "Current loss scale already at minimum ...") that holds one of its texts of 4+ words is
   read the same way (`shows_known_failure`; a question of someone telling of it is not a pasted line, `little_but_message`),
   and so is a line pasted without its exception class that is a message deepspeed raises (`quotes_raised_message`).
@@ -106,13 +107,14 @@ def raised_message_line(engine: Engine, question: str, asked: list[str], *, past
     if (question_kind(question, asked) != "error" and not pasted_log(question)
             and not (shows_known_failure(engine, question) or quotes_raised_message(engine, question))):
         return ""
-    if pasted_only and not little_but_message(question):
+    fix_only = asks_only_for_a_fix(question)
+    if pasted_only and not (little_but_message(question) or fix_only):
         return ""  # checked before diagnosing: most covered questions stop here
     index, _ = engine.require()
     # a known failure our notes describe (no line of deepspeed raises it) leads a covered answer only when nothing
-    # is asked beside the message: its general cause and fix took the place of the docs' answer to a question
-    # asked about it ("... does DeepSpeed have guidance on this kind of fragmentation OOM?")
-    known = not pasted_only or not _ASKS.search(question)
+    # is asked beside the message but its cause or fix: its general cause and fix took the place of the docs' answer
+    # to another question asked about it ("... does DeepSpeed have guidance on this kind of fragmentation OOM?")
+    known = not pasted_only or not _ASKS.search(question) or fix_only
     # a pasted log that asks nothing gets the doctor's first cause however it matched (its nearest catalogue line, a
     # known failure the log shows beside the error): on the tune-only logs, the answer named the thread's cause for
     # 54% of them with exact matches alone
@@ -121,6 +123,38 @@ def raised_message_line(engine: Engine, question: str, asked: list[str], *, past
 
 
 _ASKS = re.compile(r"[?？]")
+
+
+def asks_only_for_a_fix(question: str) -> bool:
+    """Whether the words beside the error message a question quotes ask for nothing but its cause or fix ("How do I
+    fix this?", "... when I run my script, why?", "怎么解决"): at most FIX_OTHER_WORDS words outside FIX_WORDS."""
+    own = without_traceback(question)
+    exception, message = extract_error(question)
+    if (trailing := _TRAILING_ASK.search(message)) is not None:  # a message read to its line's end takes the ask with it
+        message = message[:trailing.start()]
+    if not message or len(message) >= len(own.strip()):
+        return False  # no message, or nothing beside it
+    beside = own.replace(message, " ")
+    if exception:  # its class is part of the message, not of what is asked
+        beside = re.sub(rf"[\w.]*{re.escape(exception)}:?", " ", beside)
+    if not _WORD.search(beside):
+        return False  # nothing is asked beside the message
+    for phrase in _FIX_PHRASES_ZH:
+        beside = beside.replace(phrase, " ")
+    return sum(w not in FIX_WORDS for w in _WORD.findall(beside.lower())) <= FIX_OTHER_WORDS
+
+
+FIX_OTHER_WORDS = 1
+_WORD = re.compile(r"[A-Za-z']+|[\u3400-\u9fff]")
+_TRAILING_ASK = re.compile(r"(?:[.,;!]\s*|\s+(?=[\u3400-\u9fff]))[^.,;!?？]*[?？]\s*$")
+FIX_WORDS = frozenset(
+    "how do does did i i'm we can could should would to fix fixing solve solved resolve this it that error errors issue "
+    "problem why what whats what's mean means meaning any idea ideas help please happen happens happened happening get "
+    "gets got getting see seeing saw when run running ran my our the a an is are was am script code training train job "
+    "with on in and or anyone thanks thank you there way keep keeps kept fail fails failed failing here hit hitting "
+    "shows show occurs occur causes cause caused reason wrong going on me".split())
+_FIX_PHRASES_ZH = ("怎么解决", "如何解决", "怎么办", "怎么处理", "什么原因", "是什么原因", "为什么", "求助", "请问", "报错", "报", "出现",
+                   "运行", "训练", "时候", "的时候", "了", "的", "我", "在", "时", "吗", "呢")
 
 
 def little_but_message(question: str) -> bool:
@@ -179,9 +213,10 @@ RAISED_SHARE = 0.5
 def told_alone(question: str, lead: str) -> bool:
     """Whether a raised message's line is the whole answer: a known failure deepspeed does not raise (torch's out of
     memory, a missing module), cited from our notes, for a question that is little but its message and asks nothing
-    beside it; the passages quoted after it were about the message's words, not the failure ("No module named
+    beside it, or asks nothing beside it but its cause or fix (`asks_only_for_a_fix`); the passages quoted after it were about the message's words, not the failure ("No module named
     'deepspeed'" was followed by set_z3_leaf_modules, a CUDA out of memory by the CUDA version mismatch)."""
-    return f"(source: {KNOWN_ERRORS_URL}" in lead and not _ASKS.search(question) and little_but_message(question)
+    return f"(source: {KNOWN_ERRORS_URL}" in lead and ((not _ASKS.search(question) and little_but_message(question))
+                                                      or asks_only_for_a_fix(question))
 
 
 def api_pages_asked(engine: Engine, question: str) -> frozenset[str]:

@@ -85,3 +85,20 @@ def test_howto_example_is_a_snippet_that_ran_or_was_checked_in_the_first_passage
     assert snippet_line(snippets, {"a", "b"}) == "Example: snippet `b` (checked; below)."
     assert snippet_line(snippets, {"a"}) == ""  # failing code is never offered
     assert "dsqa doctor" in ERROR_LINE and "/diagnose" in ERROR_LINE
+
+
+def test_a_question_that_asks_only_for_the_cause_or_fix_of_its_message() -> None:
+    from app.coverage_overrides import asks_only_for_a_fix, little_but_message, pasted_log
+
+    fix_only = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. How do I fix this?",
+                "I get ModuleNotFoundError: No module named 'deepspeed' when I run my script, why?",
+                "deepspeed: command not found, how to fix?", "RuntimeError: Error building extension 'cpu_adam'. Any idea?",
+                "训练报 RuntimeError: Error building extension cpu_adam 怎么解决？"]
+    assert all(asks_only_for_a_fix(q) for q in fix_only)
+    more = ["torch.cuda.OutOfMemoryError: CUDA out of memory. Does DeepSpeed have guidance on memory fragmentation?",
+            "Fine-tuning StarCoder with torchrun and a ZeRO-3 json, it dies with AssertionError: foo bar baz. What is wrong?",
+            "What does overlap_comm do?", "ModuleNotFoundError: No module named 'deepspeed'"]
+    assert not any(asks_only_for_a_fix(q) for q in more)
+    log = "[INFO] [launch.py:256:main] process 4121 spawned\nRuntimeError: Error building extension 'cpu_adam'"
+    assert pasted_log(log) and little_but_message(log)
+    assert not pasted_log("my job died:\nRuntimeError: boom") and not pasted_log("RuntimeError: boom")
