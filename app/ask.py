@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,7 +205,7 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     # an argument the installed function does not take is the answer's first fact, covered or not
     unaccepted = unaccepted_line(result.unaccepted_arguments, str(index.manifest.get("deepspeed_version") or ""))
     if not covered:
-        draft = unknown_line(result.unknown_settings) + unaccepted + NOT_COVERED
+        draft = unknown_line(result.unknown_settings, engine.config_facts) + unaccepted + NOT_COVERED
     else:
         sources, similarities = answer_sources(index, result, engine.unit_adapter)
         ask_text = split_question(result.query).ask
@@ -261,15 +262,32 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
     return "\n".join(p for p in [*parts, tail] if p)
 
 
-def unknown_line(names: tuple[str, ...], limit: int = 3) -> str:
+def unknown_line(names: tuple[str, ...], keys: Iterable[str] = (), limit: int = 3) -> str:
     """'`stage3_prefetch_strategy` appears nowhere ...' for the settings a refused question writes out
-    that nothing indexed names ('' for none): the likeliest reason it is not covered."""
+    that nothing indexed names ('' for none): the likeliest reason it is not covered; with the config
+    catalogue's `keys`, the key one of them nearly spells ("did you mean `zero_optimization.overlap_comm`?")."""
     if not names:
         return ""
     shown = ", ".join(f"`{n}`" for n in names[:limit])
     verb = "appears" if len(names) == 1 else "appear"
+    meant = [m for n in names[:limit] if (m := nearly_spelled(n, keys))]
+    hint = f"; did you mean {' or '.join(f'`{m}`' for m in dict.fromkeys(meant))}?" if meant else ""
     return (f"{shown} {verb} nowhere in the DeepSpeed docs, config catalogue or notes indexed here "
-            f"(deepspeed's own config, launcher and API do not seem to have {'it' if len(names) == 1 else 'them'}).\n\n")
+            f"(deepspeed's own config, launcher and API do not seem to have {'it' if len(names) == 1 else 'them'}{hint}).\n\n")
+
+
+def nearly_spelled(name: str, keys: Iterable[str]) -> str:
+    """The catalogue key a misspelt setting comes closest to (its last part or its whole dotted name, difflib's
+    ratio at least SPELLING_RATIO: `overlap_comms`, `stage3_gather_fp16_weights_on_model_save`), else ''."""
+    by_part: dict[str, str] = {}
+    for key in keys:
+        by_part.setdefault(key.rsplit(".", 1)[-1], key)
+        by_part.setdefault(key, key)
+    close = difflib.get_close_matches(name.lstrip("-"), list(by_part), n=1, cutoff=SPELLING_RATIO)
+    return by_part[close[0]] if close else ""
+
+
+SPELLING_RATIO = 0.85
 
 
 def unaccepted_line(arguments: tuple[tuple[str, str], ...], version: str, limit: int = 2) -> str:

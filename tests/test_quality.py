@@ -438,6 +438,10 @@ def test_a_setting_nothing_indexed_names_is_said_so(engine) -> None:
     terse = 'With "overlap_comm": true and deepspeed --num_gpus 8, what overlaps?'
     assert engine.retriever.search(terse, 5).unknown_settings == ()
     assert "appears nowhere" not in ask(engine, AskRequest(question=terse)).answer
+    # a misspelt key is told the catalogue key it nearly spells, and a made-up one none
+    typo = ask(engine, AskRequest(question='my ds_config: {"zero_optimization": {"stage": 2, "overlap_comms": true}}, what is wrong with it?'))
+    assert not typo.covered and "did you mean `zero_optimization.overlap_comm`?" in typo.answer
+    assert "did you mean" not in reply.answer
 
 
 def test_an_argument_the_installed_function_lacks_is_said_first(engine, dev_questions: Path) -> None:
