@@ -16,11 +16,12 @@ an entry of the index rather than by passages that happen to be close.
   is little but such a message gets the line too (`raised_message_line`); so does a message that holds a text
   of a known failure of our notes (torch's "CUDA out of memory", NCCL's watchdog timeout), its name, why and fix,
   in a covered answer only when nothing is asked beside the message; pasted alone, such a failure's why and fix are
-  the whole answer (`told_alone`; also when nothing but its cause or fix is asked beside it, `asks_only_for_a_fix`),
-  its note's passage first among the passages (`cited_failure_first`); a line pasted without an exception class ("[Rank 3] Watchdog caught collective
-  operation timeout: ...", "Current loss scale already at minimum ...") that holds one of its texts of 4+ words is
-  read the same way (`shows_known_failure`; a question of someone telling of it is not a pasted line, `little_but_message`),
-  and so is a line pasted without its exception class that is a message deepspeed raises (`quotes_raised_message`).
+  the whole answer (`told_alone`; also when nothing but its cause or fix is asked beside it), its note's passage
+  first among the passages (`cited_failure_first`); a line pasted without an exception class ("[Rank 3] Watchdog
+  caught collective operation timeout: ...", "Current loss scale already at minimum ...") that holds one of its
+  texts of 4+ words is read the same way (`shows_known_failure`), and so is one that is a message deepspeed raises
+  (`quotes_raised_message`) and a pasted log (the doctor's first cause, however it matched). How a question quotes
+  an error (little but the message, a log, nothing asked beside it but a fix) is `app/pasted_error.py`'s reading.
 
 And for a question that asks only what a named page is about ("What is ZeRO?"), covered or not, that page's
 passage first and the answer's lead from it (`named_page_first`); for one that asks only what a config key is,
@@ -38,7 +39,7 @@ from app.answer_shapes import question_kind, status_line
 from app.catalogue_match import catalogue_for, exact_matches, fixed_chars
 from app.doctor import diagnose_with, raised_line
 from app.engine import Engine
-from app.error_log import extract_error, without_traceback
+from app.pasted_error import asks, asks_only_for_a_fix, little_but_message, pasted_log, speaks
 from app.query import (
     SEARCH_WORDS,
     api_names_in,
@@ -95,10 +96,6 @@ def answered_anyway(engine: Engine, question: str, result: SearchResult, asked: 
     return None, ""
 
 
-# a question that is little but the message ("I get ValueError: <message>"): the message holds this share of its words
-PASTED_SHARE = 0.6
-
-
 def raised_message_line(engine: Engine, question: str, asked: list[str], *, pasted_only: bool = False) -> str:
     """For a question that quotes a message the installed deepspeed raises word for word: the line that
     leads its answer (where it is raised, the condition, the fix); else "". `pasted_only`: only when the
@@ -114,71 +111,12 @@ def raised_message_line(engine: Engine, question: str, asked: list[str], *, past
     # a known failure our notes describe (no line of deepspeed raises it) leads a covered answer only when nothing
     # is asked beside the message but its cause or fix: its general cause and fix took the place of the docs' answer
     # to another question asked about it ("... does DeepSpeed have guidance on this kind of fragmentation OOM?")
-    known = not pasted_only or not _ASKS.search(question) or fix_only
+    known = not pasted_only or not asks(question) or fix_only
     # a pasted log that asks nothing gets the doctor's first cause however it matched (its nearest catalogue line, a
     # known failure the log shows beside the error): on the tune-only logs, the answer named the thread's cause for
     # 54% of them with exact matches alone
-    log = not _ASKS.search(question) and little_but_message(question)
+    log = not asks(question) and little_but_message(question)
     return raised_line(diagnose_with(index.path, None, question, engine.settings.notes_dir), known_failures=known, nearest=log)
-
-
-_ASKS = re.compile(r"[?？]")
-
-
-def asks_only_for_a_fix(question: str) -> bool:
-    """Whether the words beside the error message a question quotes ask for nothing but its cause or fix ("How do I
-    fix this?", "... when I run my script, why?", "怎么解决"): at most FIX_OTHER_WORDS words outside FIX_WORDS."""
-    own = without_traceback(question)
-    exception, message = extract_error(question)
-    if (trailing := _TRAILING_ASK.search(message)) is not None:  # a message read to its line's end takes the ask with it
-        message = message[:trailing.start()]
-    if not message or len(message) >= len(own.strip()):
-        return False  # no message, or nothing beside it
-    beside = own.replace(message, " ")
-    if exception:  # its class is part of the message, not of what is asked
-        beside = re.sub(rf"[\w.]*{re.escape(exception)}:?", " ", beside)
-    if not _WORD.search(beside):
-        return False  # nothing is asked beside the message
-    for phrase in _FIX_PHRASES_ZH:
-        beside = beside.replace(phrase, " ")
-    return sum(w not in FIX_WORDS for w in _WORD.findall(beside.lower())) <= FIX_OTHER_WORDS
-
-
-FIX_OTHER_WORDS = 1
-_WORD = re.compile(r"[A-Za-z']+|[\u3400-\u9fff]")
-_TRAILING_ASK = re.compile(r"(?:[.,;!]\s*|\s+(?=[\u3400-\u9fff]))[^.,;!?？]*[?？]\s*$")
-FIX_WORDS = frozenset(
-    "how do does did i i'm we can could should would to fix fixing solve solved resolve this it that error errors issue "
-    "problem why what whats what's mean means meaning any idea ideas help please happen happens happened happening get "
-    "gets got getting see seeing saw when run running ran my our the a an is are was am script code training train job "
-    "with on in and or anyone thanks thank you there way keep keeps kept fail fails failed failing here hit hitting "
-    "shows show occurs occur causes cause caused reason wrong going on me".split())
-_FIX_PHRASES_ZH = ("怎么解决", "如何解决", "怎么办", "怎么处理", "什么原因", "是什么原因", "为什么", "求助", "请问", "报错", "报", "出现",
-                   "运行", "训练", "时候", "的时候", "了", "的", "我", "在", "时", "吗", "呢")
-
-
-def little_but_message(question: str) -> bool:
-    """Whether a question is little but the error message it quotes: the message of its error line holds PASTED_SHARE
-    of its words (a pasted traceback's frames are no words of it: a whole traceback was answered from the docs), or it
-    is a pasted log that neither asks nor speaks to anyone ("Current loss scale already at minimum - cannot decrease
-    scale anymore. Exiting run.", a launcher's output ending in a traceback; not "my run stops with ..."): 612 of the
-    636 tune-only error logs read so, none of the labelled questions."""
-    own = without_traceback(question)
-    words, said = len(own.split()), len(extract_error(question)[1].split())
-    if said < words and said >= PASTED_SHARE * words:  # an error line with a few words around it
-        return True
-    return not _ASKS.search(question) and not _SPEAKS.search(own)
-
-
-def pasted_log(question: str) -> bool:
-    """Whether a question is a pasted log: lines of output (more than one) that neither ask nor speak to anyone, its
-    error line perhaps without an exception class ("[Errno 2] No such file or directory: '/usr/local/cuda/bin/nvcc'",
-    a hostfile and the launcher's complaint); no labelled question has more than one line."""
-    return "\n" in question.strip() and not _ASKS.search(question) and not _SPEAKS.search(without_traceback(question))
-
-
-# the words of someone writing about a message, not of the message (which may say "you", "please", "should")
-_SPEAKS = re.compile(r"\b(?:i|i'm|i've|me|my|we|our|us|how|what|why|anyone|help|idea|thanks?)\b|我|怎|如何|为什么|吗|呢", re.I)
 
 
 def shows_known_failure(engine: Engine, question: str) -> bool:
@@ -186,7 +124,7 @@ def shows_known_failure(engine: Engine, question: str) -> bool:
     class in it ("[Rank 3] Watchdog caught collective operation timeout: ...", "Current loss scale already at minimum":
     it reads as no error, and was refused or answered from passages that share its words); a text of at least
     KNOWN_MESSAGE_WORDS words, so that naming a symbol a known failure's log shows is not one."""
-    if _ASKS.search(question):
+    if asks(question):
         return False
     low = question.lower()
     return any(len(c.found_in(low).split()) >= KNOWN_MESSAGE_WORDS for c in read_known_causes(engine.settings.notes_dir))
@@ -199,7 +137,7 @@ def quotes_raised_message(engine: Engine, question: str) -> bool:
     """Whether a line pasted without its exception class is a message the installed deepspeed raises, nearly word for
     word: the fixed text of the catalogue message it matches is at least RAISED_SHARE of the line ("Only tuple of
     tensors is supported. Got Unsupported input type: ..." was answered from pipeline passages that share its words)."""
-    if _ASKS.search(question) or _SPEAKS.search(question):
+    if asks(question) or speaks(question):
         return False
     index, _ = engine.require()
     flat = " ".join(question.split())
@@ -213,10 +151,11 @@ RAISED_SHARE = 0.5
 def told_alone(question: str, lead: str) -> bool:
     """Whether a raised message's line is the whole answer: a known failure deepspeed does not raise (torch's out of
     memory, a missing module), cited from our notes, for a question that is little but its message and asks nothing
-    beside it, or asks nothing beside it but its cause or fix (`asks_only_for_a_fix`); the passages quoted after it were about the message's words, not the failure ("No module named
-    'deepspeed'" was followed by set_z3_leaf_modules, a CUDA out of memory by the CUDA version mismatch)."""
-    return f"(source: {KNOWN_ERRORS_URL}" in lead and ((not _ASKS.search(question) and little_but_message(question))
-                                                      or asks_only_for_a_fix(question))
+    beside it, or nothing but its cause or fix (`asks_only_for_a_fix`); the passages quoted after it were about the
+    message's words, not the failure ("No module named 'deepspeed'" was followed by set_z3_leaf_modules, a CUDA out of
+    memory by the CUDA version mismatch)."""
+    alone = (not asks(question) and little_but_message(question)) or asks_only_for_a_fix(question)
+    return f"(source: {KNOWN_ERRORS_URL}" in lead and alone
 
 
 def api_pages_asked(engine: Engine, question: str) -> frozenset[str]:

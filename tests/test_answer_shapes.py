@@ -88,7 +88,7 @@ def test_howto_example_is_a_snippet_that_ran_or_was_checked_in_the_first_passage
 
 
 def test_a_question_that_asks_only_for_the_cause_or_fix_of_its_message() -> None:
-    from app.coverage_overrides import asks_only_for_a_fix, little_but_message, pasted_log
+    from app.pasted_error import asks_only_for_a_fix, little_but_message, pasted_log
 
     fix_only = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. How do I fix this?",
                 "I get ModuleNotFoundError: No module named 'deepspeed' when I run my script, why?",
