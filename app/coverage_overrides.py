@@ -99,13 +99,15 @@ def answered_anyway(engine: Engine, question: str, result: SearchResult, asked: 
 def raised_message_line(engine: Engine, question: str, asked: list[str], *, pasted_only: bool = False) -> str:
     """For a question that quotes a message the installed deepspeed raises word for word: the line that
     leads its answer (where it is raised, the condition, the fix); else "". `pasted_only`: only when the
-    question is little but that message (a covered question that tells more is answered from its passages;
-    the line took the room of the docs' answer in 2 of the 8 test questions that quote one)."""
+    question is little but that message, asks nothing beside it but its cause or fix, or asks nothing at all (a
+    covered question that asks more is answered from its passages; the line took the room of the docs' answer in 2
+    of the 8 test questions that quote one)."""
     if (question_kind(question, asked) != "error" and not pasted_log(question)
             and not (shows_known_failure(engine, question) or quotes_raised_message(engine, question))):
         return ""
     fix_only = asks_only_for_a_fix(question)
-    if pasted_only and not (little_but_message(question) or fix_only):
+    # a statement of the message ("my run stops with <message> after 2 hours") asks nothing else: it leads too
+    if pasted_only and asks(question) and not (little_but_message(question) or fix_only):
         return ""  # checked before diagnosing: most covered questions stop here
     index, _ = engine.require()
     # a known failure our notes describe (no line of deepspeed raises it) leads a covered answer only when nothing
