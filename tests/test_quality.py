@@ -484,7 +484,7 @@ def test_a_pasted_message_of_a_known_failure_leads_with_it(engine) -> None:
                                            "NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800439 milliseconds before timing out."))
     assert bare.covered and bare.answer.startswith("NCCL watchdog timeout on a collective: ")
     # a message line pasted without its exception class was answered from passages that share its words (23 of the
-    # notes' 314 failures led with their own when pasted so, 257 now): the failure leads, deepspeed's raising line cited
+    # notes' 314 failures led with their own when pasted so, 260 now): the failure leads, deepspeed's raising line cited
     line = ask(engine, AskRequest(question="Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."))
     assert line.answer.startswith("Fp16 loss scale hits its minimum") and "/deepspeed/runtime/fp16/loss_scaler.py#L" in line.answer
     # a whole traceback pasted: its frames are no words of the asker (it was answered from loss.backward passages)
@@ -683,10 +683,10 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
 
 def test_a_pasted_log_is_answered_with_the_doctors_first_cause(engine) -> None:
     """A log pasted into /ask (Slack, the web page, MCP's ask) was answered from passages that share its words unless
-    it was little but an exception line: of the 636 tune-only error logs asked as they were pasted, 163 led with the
-    doctor's first cause (156 of the 568 the doctor gets right); a traceback's frames, a launcher's output around the
-    error, a message without its exception class now count as the log they are, and 548 do (530 of 568). Every
-    third log here, the doctor without retrieval as /ask calls it."""
+    it was little but an exception line: of the 641 tune-only error logs asked as they were pasted, 164 led with the
+    doctor's first cause at 95285ca (157 of the 572 the doctor got right); a traceback's frames, a launcher's output
+    around the error, a message without its exception class now count as the log they are, and 560 do (541 of 573;
+    the 66 held-out test logs: 19 -> 54). Every third log here, the doctor without retrieval as /ask calls it."""
     from app.doctor import diagnose_with
     from eval.doctor_eval import TUNE_ONLY_LOGS, load_error_logs
 
