@@ -33,6 +33,7 @@ do?" was answered beside tensor_parallel's `tp_overlap_comm`, zero_optimization'
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from app.answer_shapes import question_kind, status_line
@@ -50,6 +51,7 @@ from app.query import (
     titles_in,
 )
 from app.retriever import Hit, SearchResult, matches_filter
+from indexer.documents import Chunk
 from indexer.known_causes import KNOWN_ERRORS_URL, read_known_causes
 from indexer.text_units import CATALOGUE_ENTRY
 from indexer.tokenize import term_set
@@ -178,9 +180,7 @@ def named_page_first(result: SearchResult, pages: PagesAsked) -> tuple[SearchRes
     first, and whether it is (then the answer's lead comes from it: "What is ZeRO?" led with ZeRO++, ranked
     above the page titled ZeRO)."""
     first = next((n for n, h in enumerate(result.hits) if h.chunk.path in pages.any), None)
-    if first is None:
-        return result, False
-    return replace(result, hits=[result.hits[first], *result.hits[:first], *result.hits[first + 1:]]), True
+    return (result, False) if first is None else (_moved_first(result, first), True)
 
 
 def key_entry_first(engine: Engine, result: SearchResult, keys: list[str], *, topic: str | None = None,
@@ -191,16 +191,8 @@ def key_entry_first(engine: Engine, result: SearchResult, keys: list[str], *, to
     filters leave the catalogue out."""
     if not keys or not result.hits or keys[0].rsplit(".", 1)[-1] in term_set(result.hits[0].chunk.text):
         return result, False  # the first passage names the key already (a tutorial's config that sets it)
-    held = next((n for n, h in enumerate(result.hits) if h.chunk.source == "config" and _holds_entry(h.chunk.text, keys[0])), None)
-    if held is not None:
-        return replace(result, hits=[result.hits[held], *result.hits[:held], *result.hits[held + 1:]]), True
-    index, _ = engine.require()
-    found = next((i for i, c in enumerate(index.chunks)
-                  if c.source == "config" and matches_filter(c, topic, source) and _holds_entry(c.text, keys[0])), None)
-    if found is None:
-        return result, False
-    hit = Hit(index.chunks[found], result.hits[0].score, 0.0, 0.0, (found,))
-    return replace(result, hits=[hit, *result.hits[:-1]]), True
+    first = _passage_first(engine, result, lambda c: c.source == "config" and _holds_entry(c.text, keys[0]), topic, source)
+    return (result, False) if first is None else (first, True)
 
 
 def cited_failure_first(engine: Engine, result: SearchResult, lead: str, *, topic: str | None = None,
@@ -211,17 +203,28 @@ def cited_failure_first(engine: Engine, result: SearchResult, lead: str, *, topi
     m = _CITED.search(lead)
     if m is None or not result.hits:
         return result
-    held = next((n for n, h in enumerate(result.hits) if h.chunk.url == m.group(1)), None)
-    if held is not None:
-        return replace(result, hits=[result.hits[held], *result.hits[:held], *result.hits[held + 1:]])
-    index, _ = engine.require()
-    found = next((i for i, c in enumerate(index.chunks) if c.url == m.group(1) and matches_filter(c, topic, source)), None)
-    if found is None:
-        return result
-    return replace(result, hits=[Hit(index.chunks[found], result.hits[0].score, 0.0, 0.0, (found,)), *result.hits[:-1]])
+    return _passage_first(engine, result, lambda c: c.url == m.group(1), topic, source) or result
 
 
 _CITED = re.compile(rf"\(source: ({re.escape(KNOWN_ERRORS_URL)}#[^)\s]+)\)")
+
+
+def _passage_first(engine: Engine, result: SearchResult, wanted: Callable[[Chunk], bool], topic: str | None,
+                   source: str | None) -> SearchResult | None:
+    """The first passage `wanted` accepts moved first; else the index's first such chunk within the request's
+    filters first, in place of the last passage; None when the index has none (`result.hits` not empty)."""
+    held = next((n for n, h in enumerate(result.hits) if wanted(h.chunk)), None)
+    if held is not None:
+        return _moved_first(result, held)
+    index, _ = engine.require()
+    found = next((i for i, c in enumerate(index.chunks) if wanted(c) and matches_filter(c, topic, source)), None)
+    if found is None:
+        return None
+    return replace(result, hits=[Hit(index.chunks[found], result.hits[0].score, 0.0, 0.0, (found,)), *result.hits[:-1]])
+
+
+def _moved_first(result: SearchResult, n: int) -> SearchResult:
+    return replace(result, hits=[result.hits[n], *result.hits[:n], *result.hits[n + 1:]])
 
 
 def _holds_entry(text: str, key: str) -> bool:

@@ -63,14 +63,14 @@ def little_but_message(question: str) -> bool:
     words, said = len(own.split()), len(extract_error(question)[1].split())
     if said < words and said >= PASTED_SHARE * words:  # an error line with a few words around it
         return True
-    return not _ASKS.search(question) and not _SPEAKS.search(own)
+    return not asks(question) and not speaks(own)
 
 
 def pasted_log(question: str) -> bool:
     """Whether a question is a pasted log: lines of output (more than one) that neither ask nor speak to anyone, its
     error line perhaps without an exception class ("[Errno 2] No such file or directory: '/usr/local/cuda/bin/nvcc'",
     a hostfile and the launcher's complaint); no labelled question has more than one line."""
-    return "\n" in question.strip() and not _ASKS.search(question) and not _SPEAKS.search(without_traceback(question))
+    return "\n" in question.strip() and not asks(question) and not speaks(without_traceback(question))
 
 
 def speaks(text: str) -> bool:
