@@ -38,6 +38,7 @@ from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
 from app.llm_client import Numbered, citation_problem, messages_for
+from app.pasted_config import config_check_line, pasted_config
 from app.query import QUESTION_WORDS_ZH, asks_only_what_key_is, split_question
 from app.query_adapter import QueryAdapter
 from app.retriever import Hit, SearchResult
@@ -181,6 +182,10 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     else:
         rule, raised = answered_anyway(engine, request.question, result, asked, defined, named)
         decided = rule is not None
+    pasted = pasted_config(request.question, engine.config_top_keys)
+    version = str(index.manifest.get("deepspeed_version") or "")
+    checked = config_check_line(pasted, request.question, version) if pasted else ""
+    decided = decided or bool(checked and pasted and pasted.whole)  # the validator's word on a whole config answers
     alone = bool(raised) and told_alone(request.question, raised)  # a known failure's why and fix: the whole answer
     if alone:
         result = cited_failure_first(engine, result, raised, topic=request.topic, source=request.source)
@@ -203,14 +208,14 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
                 snippets.append(shown)
     sources: list[Source] = []
     # an argument the installed function does not take is the answer's first fact, covered or not
-    unaccepted = unaccepted_line(result.unaccepted_arguments, str(index.manifest.get("deepspeed_version") or ""))
-    if not covered:
+    unaccepted = unaccepted_line(result.unaccepted_arguments, version)
+    if not covered:  # (a block's findings only: `unknown_line` names a key nothing indexed has)
         draft = unknown_line(result.unknown_settings, engine.config_facts) + unaccepted + NOT_COVERED
     else:
         sources, similarities = answer_sources(index, result, engine.unit_adapter)
         ask_text = split_question(result.query).ask
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
-        terms = unaccepted + terms + raised  # a raised message's line leads, after the Chinese terms
+        terms = checked + unaccepted + terms + raised  # a raised message's line leads, after the Chinese terms
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model, result.seen_units)
         if alone:
             draft = terms + ERROR_LINE  # the known failure's why and fix, and where the whole log goes

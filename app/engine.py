@@ -72,7 +72,7 @@ class Engine:
             if isinstance(self.retriever.embedder, BatchingEmbedder):
                 self.retriever.embedder.warm()
         warm_units(u.text for units in self.index.units for u in units)
-        _ = self.config_facts, self.config_docs
+        _ = self.config_facts, self.config_docs, self.config_top_keys
         warm_catalogue(self.index.path)  # a pasted error's raising line (`coverage_overrides.raised_message_line`)
 
     def _read_config(self, read: Callable[[str], dict[str, T]]) -> dict[str, T]:
@@ -87,6 +87,11 @@ class Engine:
     def config_facts(self) -> dict[str, tuple[str, str]]:
         """Config key -> (type, default), read from the index's config passages (computed once)."""
         return self._read_config(key_facts)
+
+    @cached_property
+    def config_top_keys(self) -> frozenset[str]:
+        """The config's top-level keys (`zero_optimization`, `train_batch_size`, ...): what a pasted config holds."""
+        return frozenset(k.split(".", 1)[0] for k in self.config_facts)
 
     @cached_property
     def config_docs(self) -> dict[str, str]:

@@ -341,6 +341,30 @@ def test_asking_what_a_key_does_is_never_refused(engine) -> None:
     assert not [q for q in unanswerable if asks_only_what_key_is(q, keys_named(q, facts))]
 
 
+def test_a_pasted_config_is_answered_with_the_validators_findings_first(engine) -> None:
+    """"Is this config right? {...}" opens with what the real validator (deepspeed's parser behind it) finds,
+    the docs' passages after; a whole config is answered whatever the coverage decision says of its words.
+    A block inside a question about something else adds nothing when it passes, and a refused question
+    keeps its own words on an unknown key. 3 of our answerable questions hold a config block (all pass);
+    none holds a whole config: every answer and refusal figure is the same with and without this."""
+    config = ('{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, '
+              '"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}, "fp16": {"enabled": true}, "bf16": {"enabled": true}}')
+    reply = ask(engine, AskRequest(question=f"Is this ds_config right for 8 GPUs? {config}"))
+    assert reply.covered
+    lines = reply.answer.split("\n")
+    assert lines[0].startswith("Your config, checked by deepspeed ") and lines[0].endswith("3 problems.")
+    assert any(line.startswith("- `bf16.enabled`: fp16 and bf16 are both enabled") for line in lines[1:4])
+    assert any("x world size 8 = 64" in line for line in lines[1:4])
+    assert any(line.startswith("- `zero_optimization.offload_param`: offload_param is ignored at ZeRO stage 2") for line in lines[1:4])
+    assert "[1]" in reply.answer  # the docs' answer follows
+    passing = ask(engine, AskRequest(question='is this right {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}}'))
+    assert passing.covered and passing.answer.startswith("Your config passes deepspeed ")
+    block = ask(engine, AskRequest(question='Training on TITAN X cards with "bf16": {"enabled": true} crashes with CUBLAS_STATUS_NOT_SUPPORTED. Is bf16 tied to particular GPUs?'))
+    assert "Your " not in block.answer.split("\n")[0]
+    refused = ask(engine, AskRequest(question='Can it stream checkpoints to S3 with "checkpoint": {"s3_bucket": "x"}?'))
+    assert not refused.covered and "checked by deepspeed" not in refused.answer and "`s3_bucket`" in refused.answer
+
+
 def test_asking_what_an_api_symbol_does_is_never_refused(engine) -> None:
     """Every API symbol with a distinctive name (CamelCase or snake_case), asked tersely: the coverage
     decision alone refused 47 of 60 "What does <name> do?" (DeepSpeedCPUAdam, GatheredParameters) while
