@@ -326,6 +326,43 @@ def scored_candidates(ask: str, sources: list[Source], similarities: np.ndarray 
     return cands, unit_scores(ask, cands, similarities, semantic_weight=SEMANTIC_WEIGHT)
 
 
+_OWNER = re.compile(r"^`(?P<key>[A-Za-z_][\w.]*)`(?::| \()")
+
+
+def owners(cands: list[Candidate]) -> list[str | None]:
+    """The config key each unit belongs to: the key a catalogue entry or key row opens with ("`a.b` (int,
+    default 0): ...", "`a.b`: ..."), and the units after it in the same block of the same passage (the entry's
+    later sentences); None for the others."""
+    out: list[str | None] = []
+    owner: str | None = None
+    for i, c in enumerate(cands):
+        before = cands[i - 1] if i else None
+        if before is None or before.source.n != c.source.n or before.unit.block != c.unit.block:
+            owner = None
+        m = _OWNER.match(c.unit.text)
+        owner = m.group("key") if m else owner
+        out.append(owner)
+    return out
+
+
+def about_other_keys(cands: list[Candidate], keys: list[str]) -> np.ndarray:
+    """Which units are not about `keys` (a question asking only what they are): a unit is about them when it
+    names one, is one's entry or row (or a later sentence of it), or stands in a paragraph that names one and
+    belongs to no other key. Left out: another key's entry (`tensor_parallel.tp_overlap_comm`'s for "What
+    does overlap_comm do?") and prose about something else (a passage naming the key in its code only)."""
+    asked = {k.rsplit(".", 1)[-1] for k in keys}
+    if not asked:
+        return np.zeros(len(cands), dtype=bool)
+    named = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(a) for a in sorted(asked)) + r")\b")
+    names = [bool(named.search(c.unit.text)) for c in cands]
+    blocks = {(c.source.n, c.unit.block) for c, said in zip(cands, names, strict=True) if said}
+    out = []
+    for c, said, owner in zip(cands, names, owners(cands), strict=True):
+        mine = owner is not None and owner.rsplit(".", 1)[-1] in asked
+        out.append(not (said or mine or (owner is None and (c.source.n, c.unit.block) in blocks)))
+    return np.array(out, dtype=bool)
+
+
 def answer_text(sources: list[Source], cands: list[Candidate], scores: np.ndarray, max_words: int | None = None,
                 lead_from: int | None = None, said_before: str = "") -> str:
     """The composed answer from scored candidates (a caller trying several budgets scores once)."""
@@ -403,14 +440,16 @@ def _section_named(key: str, words: frozenset[str]) -> bool:
     return not sections or any(w in words for s in sections for w in s.split("_"))
 
 
-def config_line(question: str, answer: str, facts: dict[str, tuple[str, str]], limit: int = CONFIG_KEYS) -> str:
+def config_line(question: str, answer: str, facts: dict[str, tuple[str, str]], limit: int = CONFIG_KEYS,
+                sure: Iterable[str] = ()) -> str:
     """'Config: `a.b` (int, default 0); ...' for the keys the question names, then those the answer
-    quotes; '' when there are none."""
+    quotes; '' when there are none. `sure`: keys known to be the asked ones (a question asking only what
+    they are), shown whether or not their sections are named."""
     asked = keys_named(question, facts)  # always first: the line a reader of a key question looks for
     # then the answer's keys, but not those whose catalogue entry or table row, default and all, it quotes already
     keys = asked + [k for k in keys_named(answer, facts) if k not in asked and not _states_default(k, answer)]
     words = frozenset(re.findall(r"[a-z0-9]+", f"{question} {answer}".lower().replace("_", " ")))
-    keys = [k for k in keys if _section_named(k, words)]
+    keys = [k for k in keys if k in sure or _section_named(k, words)]
     if not keys:
         return ""
     return "Config: " + "; ".join(f"`{k}` ({_type_and_default(*facts[k])})" for k in keys[:limit]) + "."

@@ -18,6 +18,7 @@ from app.answer import (
     NOT_COVERED,
     Candidate,
     Source,
+    about_other_keys,
     answer_text,
     config_line,
     keys_named,
@@ -217,6 +218,8 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         terms = terms_line(engine.glossary, request.question) if engine.glossary is not None and has_cjk(request.question) else ""
         terms = checked + unaccepted + terms + raised  # a raised message's line leads, after the Chinese terms
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model, result.seen_units)
+        if defined and len(cands):  # asked only what a key is: other keys' entries are not quoted
+            scores = np.where(about_other_keys(cands, defined), -np.inf, scores)
         if alone:
             draft = terms + ERROR_LINE  # the known failure's why and fix, and where the whole log goes
         else:
@@ -250,16 +253,18 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
         else:
             before = head
             body = answer_text(sources, cands, scores, room, lead_from, before)
+            if defined:  # said before the quoted units: cited with the passage that says it
+                head = key_line(defined, engine.config_docs, sources=sources)
     extra = missing_sides(body, cands, scores, sides(result.query)) if kind == "compare" else []
     if extra:  # the other side of a comparison joins: the units before it make room
         body = answer_text(sources, cands, scores, room - sum(len(c.unit.text.split()) for c in extra), lead_from, before)
         body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
-    keys = config_line(result.query, f"{before} {body}", facts)
+    keys = config_line(result.query, f"{before} {body}", facts, sure=defined)
     if keys:  # the whole answer keeps to the budget: the quoted units make room for the Config line
         body = answer_text(sources, cands, scores, room - len(keys.split()) - sum(len(c.unit.text.split()) for c in extra), lead_from,
                            before)
         body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
-        keys = config_line(result.query, f"{before} {body}", facts)
+        keys = config_line(result.query, f"{before} {body}", facts, sure=defined)
     for key in named if keys else []:  # the Config line gives the asked keys' type and default
         if f"`{key}` (" in keys:
             body = without_type_and_default(body, key)
@@ -305,10 +310,16 @@ def unaccepted_line(arguments: tuple[tuple[str, str], ...], version: str, limit:
     return " ".join(said) + "\n\n"
 
 
-def key_line(keys: list[str], docs: dict[str, str], limit: int = 2) -> str:
-    """'`a.b`: what it does.' for the first keys the catalogue describes ('' for none)."""
-    said = [f"`{k}`: {docs[k].rstrip()}" for k in keys if docs.get(k)][:limit]
-    return " ".join(t if t.endswith((".", "!", "?", ")")) else t + "." for t in said)
+def key_line(keys: list[str], docs: dict[str, str], limit: int = 2, sources: list[Source] | None = None) -> str:
+    """'`a.b`: what it does.' for the first keys the catalogue describes ('' for none); with `sources`, each
+    cited with the first of them that says it ("... [2]")."""
+    said = []
+    for k in [k for k in keys if docs.get(k)][:limit]:
+        text = f"`{k}`: {docs[k].rstrip()}"
+        text = text if text.endswith((".", "!", "?", ")")) else text + "."
+        n = next((s.n for s in sources or () if restated(docs[k], s.text)), None)
+        said.append(f"{text} [{n}]" if n else text)
+    return " ".join(said)
 
 
 def finish(engine: Engine, request: AskRequest, prepared: Prepared, answer: str) -> AskResponse:

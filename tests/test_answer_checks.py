@@ -15,11 +15,13 @@ import pytest
 from app.answer import (
     NOT_COVERED,
     Source,
+    about_other_keys,
     about_other_option,
     compose,
     config_line,
     extractive_answer,
     keys_named,
+    owners,
     restated,
     scored_candidates,
 )
@@ -623,6 +625,29 @@ def test_key_descriptions_take_the_package_word_else_the_docs_row() -> None:
     assert key_descriptions(text) == {"a.b_c": "Packs the buckets.", "a.d": "Turns on d; for stage 3 only"}  # a.e: neither
     assert key_line(["a.e", "a.d", "a.b_c"], key_descriptions(text)) == "`a.d`: Turns on d; for stage 3 only. `a.b_c`: Packs the buckets."
     assert key_line(["a.e"], key_descriptions(text)) == ""
+    cited = [Source(1, "t", "h", "Nothing here."), Source(2, "t", "h", "`a.b_c` (int, default 4): Packs the buckets.")]
+    assert key_line(["a.b_c"], key_descriptions(text), sources=cited) == "`a.b_c`: Packs the buckets. [2]"
+
+
+def test_a_question_asking_what_a_key_is_quotes_nothing_about_other_keys() -> None:
+    """"What does overlap_comm do?": the entries of other keys (tensor_parallel's tp_overlap_comm, reduce_bucket_size)
+    and the sentences after them, and prose about something else, are not quoted; a sentence naming the key is,
+    and so is the rest of its paragraph."""
+    catalogue = ("`zero_optimization.overlap_comm` (bool, default None): Overlaps the reduction with backward.\n"
+                 "`zero_optimization.reduce_bucket_size` (int, default 5e8): Elements reduced at a time. It limits the memory of the allgather.")
+    other = "`tensor_parallel.tp_overlap_comm` (bool, default False): Whether to overlap communication. Only allreduce supports the overlap for now."
+    docs = ("ZeRO overlap_comm works with stage 2 only. It trades memory for speed.\n\n"
+            "ZeRO-3 partitions the whole model state across the data parallel ranks of the job.")
+    sources = [Source(1, "c", "h", catalogue), Source(2, "t", "h", other), Source(3, "d", "h", docs)]
+    cands, _ = scored_candidates("what does overlap_comm do", sources)
+    assert [o for o in owners(cands)] == ["zero_optimization.overlap_comm", "zero_optimization.reduce_bucket_size",
+                                          "zero_optimization.reduce_bucket_size", "tensor_parallel.tp_overlap_comm",
+                                          "tensor_parallel.tp_overlap_comm", None, None, None]
+    left_out = about_other_keys(cands, ["zero_optimization.overlap_comm"])
+    kept = [c.unit.text for c, out in zip(cands, left_out, strict=True) if not out]
+    assert kept == ["`zero_optimization.overlap_comm` (bool, default None): Overlaps the reduction with backward.",
+                    "ZeRO overlap_comm works with stage 2 only.", "It trades memory for speed."]
+    assert not about_other_keys(cands, []).any()
 
 
 def test_version_note_only_on_a_cited_page_whose_failing_code_the_question_names() -> None:

@@ -336,6 +336,14 @@ def test_asking_what_a_key_does_is_never_refused(engine) -> None:
     assert first.source == "config" and "`zero_optimization.overlap_comm` (" in first.text
     said = ask(engine, AskRequest(question="What does overlap_comm do?")).answer  # its type and default once, in the Config line
     assert said.startswith("Config: `zero_optimization.overlap_comm` (") and said.count("default None") == 1
+    # and quotes nothing about other keys (tp_overlap_comm's entry and the sentence after it, reduce_bucket_size's
+    # entry, pin_memory's later sentence were quoted before); every sentence it quotes is cited
+    assert "tp_overlap_comm" not in said and "reduce_bucket_size" not in said and "allreduce supports" not in said
+    assert all(line.rstrip().endswith("]") for line in said.split("\n")[1:])
+    for key in ("sub_group_size", "stage3_max_live_parameters", "round_robin_gradients"):
+        body = ask(engine, AskRequest(question=f"What does {key} do?")).answer.split("\n", 1)[1]
+        named = [k for k in re.findall(r"`([a-z_][\w.]*)`", body) if not k[0].isdigit()]
+        assert body.startswith(f"`zero_optimization.{key}`") and named == [f"zero_optimization.{key}"], body  # its entry alone
     assert all(p.source == "docs" for p in prepare(engine, AskRequest(question="What does overlap_comm do?", source="docs")).passages)
     unanswerable = [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
     assert not [q for q in unanswerable if asks_only_what_key_is(q, keys_named(q, facts))]
