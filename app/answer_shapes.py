@@ -6,7 +6,8 @@ The kind of a question decides what comes with the composed units (`app/answer.p
 - `compare` ("X vs Y", "difference between"): both sides quoted: when the units name only one of the
   options or identifiers the question weighs, the best unit naming the other joins;
 - `config` (names a key, or asks which setting): the keys' type and default lead the answer;
-- `howto`: the best snippet of the first passages, by id and with what was done to it;
+- `howto`: the best snippet of the first passages, by id and with what was done to it; a question asking
+  only how to set config keys gets where they go in the config (`setting_line`);
 - `error` (a traceback or an error message): where the whole log is matched against what deepspeed raises;
 - `other`: the units alone.
 Pure functions: `app/ask.py` calls them with what it has already computed.
@@ -14,8 +15,10 @@ Pure functions: `app/ask.py` calls them with what it has already computed.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -112,3 +115,63 @@ def snippet_line(snippets: list[SnippetOut], first: set[str]) -> str:
 # where the whole log goes (the error doctor); 8 words, not 20: the words it frees hold a gold phrase
 # for 2 more of tune's 374 answers
 ERROR_LINE = "Whole log: `dsqa doctor` (POST /diagnose, MCP `diagnose_error`)."
+
+
+# asking how to set a key ("How do I set overlap_comm?", "怎么开启 overlap_comm"), not only what it is
+_SETTING = re.compile(r"\bhow (?:do|can|should|would) (?:i|we|you|one) (?:set|enable|turn on|configure|use|change|specify|pass)\b"
+                      r"|\bhow to (?:set|enable|turn on|configure|use|change|specify|pass)\b|\bwhere (?:do|does|should) .{1,40}\bgo\b"
+                      r"|怎么设|如何设|怎样设|怎么配|如何配|怎么开|如何开|怎么用|如何使用|怎么启用|如何启用|设置|开启|启用", re.I)
+
+
+_ON = re.compile(r"\b(?:enable|turn on|switch on|activate)\b|开启|启用|打开", re.I)
+_OFF = re.compile(r"\b(?:disable|turn off|switch off|deactivate)\b|关闭|禁用|关掉", re.I)
+
+
+def example_value(type_name: str, default: str, question: str = "") -> Any:
+    """A value to show for a key in its config: for a boolean what the question asks for (enable: true,
+    disable: false), else the opposite of its default (what setting it does); the default of a number or a
+    string; None when the catalogue gives none to show (a dict, None)."""
+    kind = type_name.split("|")[0].strip()
+    if kind == "bool":
+        on, off = bool(_ON.search(question)), bool(_OFF.search(question))
+        return on if on != off else default.strip() not in ("True", "true")
+    if kind in ("int", "float"):
+        try:
+            number = float(default.replace(",", "").replace("_", ""))
+        except ValueError:
+            return None
+        return int(number) if kind == "int" and number.is_integer() else number
+    if kind == "str" and len(default) >= 2 and default[0] == default[-1] and default[0] in "'\"":
+        return default[1:-1]
+    return None
+
+
+def config_fragment(keys: list[str], facts: dict[str, tuple[str, str]], question: str = "") -> dict[str, Any]:
+    """The keys nested where the config reads them, each with its `example_value` (keys without one left out)."""
+    fragment: dict[str, Any] = {}
+    for key in keys:
+        value = example_value(*facts.get(key, ("", "")), question)
+        if value is None:
+            continue
+        *sections, last = key.split(".")
+        node = fragment
+        for section in sections:
+            node = node.setdefault(section, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node[last] = value
+    return fragment
+
+
+def setting_line(question: str, keys: list[str], facts: dict[str, tuple[str, str]]) -> str:
+    """'In the DeepSpeed config: `{"zero_optimization": {"overlap_comm": true}}`' for a question asking how to
+    set config keys ('' for any other, or keys with nothing to show)."""
+    sited = [k for k in keys if any(s.lower() in question.lower() for s in k.split(".")[:-1])]
+    keys = (sited or keys)[:2]  # "pin_memory for offload_optimizer": not offload_param's
+    fragment = config_fragment(keys, facts, question) if _SETTING.search(question) else {}
+    if not fragment:
+        return ""
+    plain = [k for k in keys if example_value(*facts.get(k, ("", ""))) is not None and not facts[k][0].startswith("bool")]
+    note = f" ({'its' if len(plain) == 1 else 'their'} default{'s' if len(plain) > 1 else ''} shown)" if plain else ""
+    return f"In the DeepSpeed config{note}: `{json.dumps(fragment)}`."

@@ -25,7 +25,15 @@ from app.answer import (
     restated,
     scored_candidates,
 )
-from app.answer_shapes import ERROR_LINE, missing_sides, question_kind, sides, snippet_line, status_line
+from app.answer_shapes import (
+    ERROR_LINE,
+    missing_sides,
+    question_kind,
+    setting_line,
+    sides,
+    snippet_line,
+    status_line,
+)
 from app.coverage_overrides import (
     answered_anyway,
     cited_failure_first,
@@ -269,6 +277,7 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
         if f"`{key}` (" in keys:
             body = without_type_and_default(body, key)
     parts = [keys, head, body] if kind == "config" and keys else [head, body, keys]
+    parts.append(setting_line(request.question, defined, facts) if defined else "")  # where the keys go in the config
     return "\n".join(p for p in [*parts, tail] if p)
 
 

@@ -7,7 +7,17 @@ import numpy as np
 import pytest
 
 from app.answer import Candidate, Source
-from app.answer_shapes import ERROR_LINE, missing_sides, question_kind, sides, snippet_line, status_line
+from app.answer_shapes import (
+    ERROR_LINE,
+    config_fragment,
+    example_value,
+    missing_sides,
+    question_kind,
+    setting_line,
+    sides,
+    snippet_line,
+    status_line,
+)
 from app.schemas import SnippetOut
 from indexer.package_source import key_status
 from indexer.text_units import Unit
@@ -102,3 +112,24 @@ def test_a_question_that_asks_only_for_the_cause_or_fix_of_its_message() -> None
     log = "[INFO] [launch.py:256:main] process 4121 spawned\nRuntimeError: Error building extension 'cpu_adam'"
     assert pasted_log(log) and little_but_message(log)
     assert not pasted_log("my job died:\nRuntimeError: boom") and not pasted_log("RuntimeError: boom")
+
+
+def test_a_question_asking_how_to_set_keys_gets_them_nested_in_the_config() -> None:
+    facts = {"zero_optimization.overlap_comm": ("bool | None", "None"), "zero_optimization.offload_optimizer.pin_memory": ("bool", "True"),
+             "zero_optimization.offload_param.pin_memory": ("bool", "True"), "autotuning.tuner_type": ("str", "'gridsearch'"),
+             "autotuning.tuner_num_trials": ("int", "50"), "aio.block_size": ("int", "1,048,576"), "amp": ("dict", "{}")}
+    assert example_value("bool", "False") is True and example_value("bool", "True") is False  # what setting it changes
+    assert example_value("bool", "True", "how do I enable it") is True and example_value("bool", "None", "关闭它") is False
+    assert example_value("int", "1,048,576") == 1048576 and example_value("float", "0.5") == 0.5
+    assert example_value("str", "'gridsearch'") == "gridsearch"
+    assert example_value("dict", "{}") is None and example_value("int", "sys.maxsize") is None and example_value("any", "None") is None
+    assert config_fragment(["autotuning.tuner_type", "autotuning.tuner_num_trials", "amp"], facts) == {
+        "autotuning": {"tuner_type": "gridsearch", "tuner_num_trials": 50}}
+    assert (setting_line("How do I set overlap_comm?", ["zero_optimization.overlap_comm"], facts)
+            == 'In the DeepSpeed config: `{"zero_optimization": {"overlap_comm": true}}`.')
+    pins = ["zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_param.pin_memory"]
+    assert (setting_line("How to enable pin_memory for offload_optimizer?", pins, facts)  # the section the question names
+            == 'In the DeepSpeed config: `{"zero_optimization": {"offload_optimizer": {"pin_memory": true}}}`.')
+    assert setting_line("怎么设置 block_size", ["aio.block_size"], facts) == 'In the DeepSpeed config (its default shown): `{"aio": {"block_size": 1048576}}`.'
+    assert setting_line("What does overlap_comm do?", ["zero_optimization.overlap_comm"], facts) == ""  # asks what, not how
+    assert setting_line("How do I set amp?", ["amp"], facts) == ""  # nothing to show

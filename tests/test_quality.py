@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from app.answer import keys_named, load_unit_model
-from app.answer_shapes import ERROR_LINE
+from app.answer_shapes import ERROR_LINE, config_fragment
 from app.ask import ask, prepare
 from app.coverage import load_abstention
 from app.engine import load_engine
@@ -371,6 +371,33 @@ def test_a_pasted_config_is_answered_with_the_validators_findings_first(engine) 
     assert "Your " not in block.answer.split("\n")[0]
     refused = ask(engine, AskRequest(question='Can it stream checkpoints to S3 with "checkpoint": {"s3_bucket": "x"}?'))
     assert not refused.covered and "checked by deepspeed" not in refused.answer and "`s3_bucket`" in refused.answer
+
+
+def test_asking_how_to_set_a_key_shows_where_it_goes_in_the_config(engine) -> None:
+    """"How do I set overlap_comm?" ends with the key nested where the config reads it. Every key of the installed
+    catalogue with a value to show (a boolean, number or string), asked to set, enable or disable: the fragment
+    passes the validator's own checks (known keys at that depth, the catalogue's types); deepspeed's parser
+    refuses a few alone for what they need beside them (ZeRO stage 1-3, a CUDA accelerator), which their
+    descriptions say."""
+    from indexer.config_check import validate_config
+
+    facts = engine.config_facts
+    shown = 0
+    for key in facts:
+        for question in ("How do I set it?", "How do I enable it?", "How do I disable it?"):
+            fragment = config_fragment([key], facts, question)
+            if fragment:
+                shown += 1
+                findings = validate_config(fragment).errors
+                assert all(f.message.startswith("deepspeed's own config parser rejects it") for f in findings), (key, fragment, findings)
+    assert shown > 400
+    said = ask(engine, AskRequest(question="How do I set overlap_comm?")).answer
+    assert said.rstrip().endswith('In the DeepSpeed config: `{"zero_optimization": {"overlap_comm": true}}`.')
+    said = ask(engine, AskRequest(question="How to enable pin_memory for offload_optimizer?")).answer  # default true: enable asked
+    assert said.rstrip().endswith('`{"zero_optimization": {"offload_optimizer": {"pin_memory": true}}}`.')
+    said = ask(engine, AskRequest(question="How do I set stage3_max_live_parameters?")).answer
+    assert '(its default shown): `{"zero_optimization": {"stage3_max_live_parameters": 1000000000}}`' in said
+    assert "In the DeepSpeed config" not in ask(engine, AskRequest(question="What does overlap_comm do?")).answer
 
 
 def test_asking_what_an_api_symbol_does_is_never_refused(engine) -> None:
