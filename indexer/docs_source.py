@@ -138,6 +138,11 @@ def read_docs_dir(path: Path) -> list[Document]:
     return docs
 
 
+def note_url(file: Path) -> str:
+    """Where a note of ours is cited: `dsqa://notes/<its file name without .md>`."""
+    return f"dsqa://notes/{file.stem}"
+
+
 def read_notes_dir(path: Path) -> list[Document]:
     """Our own notes: Markdown with front matter (title, topics, requires, sources)."""
     docs: list[Document] = []
@@ -152,5 +157,5 @@ def read_notes_dir(path: Path) -> list[Document]:
         topics = meta.get("topics") or []
         meta["topic"] = str(topics[0]) if isinstance(topics, list) and topics else ""
         rel = f"corpus/notes/{file.name}"
-        docs.append(Document(path=rel, title=title, url=f"dsqa://notes/{file.stem}", source="notes", sections=sections, meta=meta))
+        docs.append(Document(path=rel, title=title, url=note_url(file), source="notes", sections=sections, meta=meta))
     return docs

@@ -19,10 +19,11 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+from indexer.docs_source import note_url
 from indexer.markdown import slugify_kramdown
 
 KNOWN_ERRORS_NOTE = "known-errors.md"
-KNOWN_ERRORS_URL = "dsqa://notes/known-errors"  # where a known cause is cited: this, "#" and its title's anchor
+KNOWN_ERRORS_URL = note_url(Path(KNOWN_ERRORS_NOTE))  # where a known cause is cited: this, "#" and its title's anchor
 _FIELD = re.compile(r"^(Matches|Why|Check|Fix|Config|Harmless|Hangs):\s*(.*)$")
 _MATCH = re.compile(r"`([^`]+)`(\s*\(follow-up\))?")
 
@@ -100,4 +101,4 @@ def read_known_causes(notes_dir: Path) -> tuple[KnownCause, ...]:
     path = notes_dir / KNOWN_ERRORS_NOTE
     if not path.is_file():
         return ()
-    return tuple(parse_known_causes(path.read_text(encoding="utf-8"), f"dsqa://notes/{path.stem}"))
+    return tuple(parse_known_causes(path.read_text(encoding="utf-8"), KNOWN_ERRORS_URL))
