@@ -345,17 +345,21 @@ def owners(cands: list[Candidate]) -> list[str | None]:
     return out
 
 
-def about_other_keys(cands: list[Candidate], keys: list[str]) -> np.ndarray:
+def about_other_keys(cands: list[Candidate], keys: list[str], by_passage: bool = False) -> np.ndarray:
     """Which units are not about `keys` (a question asking only what they are): a unit is about them when it
     names one, is one's entry or row (or a later sentence of it), or stands in a paragraph that names one and
     belongs to no other key. Left out: another key's entry (`tensor_parallel.tp_overlap_comm`'s for "What
-    does overlap_comm do?") and prose about something else (a passage naming the key in its code only)."""
+    does overlap_comm do?") and prose about something else (a passage naming the key in its code only).
+    `by_passage` (a question asking how to set them): any unit of a passage that names one, in its code too
+    ("Set the stage in the config:" above a JSON block holding the key), but no other key's entry."""
     asked = {k.rsplit(".", 1)[-1] for k in keys}
     if not asked:
         return np.zeros(len(cands), dtype=bool)
     named = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(a) for a in sorted(asked)) + r")\b")
     names = [bool(named.search(c.unit.text)) for c in cands]
     blocks = {(c.source.n, c.unit.block) for c, said in zip(cands, names, strict=True) if said}
+    if by_passage:
+        blocks |= {(c.source.n, c.unit.block) for c in cands if named.search(c.source.text)}
     out = []
     for c, said, owner in zip(cands, names, owners(cands), strict=True):
         mine = owner is not None and owner.rsplit(".", 1)[-1] in asked

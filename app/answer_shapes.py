@@ -164,12 +164,17 @@ def config_fragment(keys: list[str], facts: dict[str, tuple[str, str]], question
     return fragment
 
 
+def asks_to_set(question: str) -> bool:
+    """Whether a question asks how to set something ("How do I configure ...", "怎么开启 ...")."""
+    return bool(_SETTING.search(question))
+
+
 def setting_line(question: str, keys: list[str], facts: dict[str, tuple[str, str]]) -> str:
     """'In the DeepSpeed config: `{"zero_optimization": {"overlap_comm": true}}`' for a question asking how to
     set config keys ('' for any other, or keys with nothing to show)."""
     sited = [k for k in keys if any(s.lower() in question.lower() for s in k.split(".")[:-1])]
     keys = (sited or keys)[:2]  # "pin_memory for offload_optimizer": not offload_param's
-    fragment = config_fragment(keys, facts, question) if _SETTING.search(question) else {}
+    fragment = config_fragment(keys, facts, question) if asks_to_set(question) else {}
     if not fragment:
         return ""
     plain = [k for k in keys if example_value(*facts.get(k, ("", ""))) is not None and not facts[k][0].startswith("bool")]

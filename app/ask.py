@@ -27,6 +27,7 @@ from app.answer import (
 )
 from app.answer_shapes import (
     ERROR_LINE,
+    asks_to_set,
     missing_sides,
     question_kind,
     setting_line,
@@ -227,20 +228,23 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         terms = checked + unaccepted + terms + raised  # a raised message's line leads, after the Chinese terms
         cands, scores = scored_candidates(ask_text, sources, similarities, engine.unit_model, result.seen_units)
         if defined and len(cands):  # asked only what a key is: other keys' entries are not quoted
-            scores = np.where(about_other_keys(cands, defined), -np.inf, scores)
+            scores = np.where(about_other_keys(cands, defined, asks_to_set(request.question)), -np.inf, scores)
         if alone:
             draft = terms + ERROR_LINE  # the known failure's why and fix, and where the whole log goes
         else:
+            summary = api_summary(sources[0]) if named_first and named.api and result.hits[0].chunk.path in named.api else ""
             draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined,
-                                          1 if named_first else None)
+                                          1 if named_first else None, summary)
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)
 
 
 def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sources: list[Source], cands: list[Candidate],
-                  scores: np.ndarray, snippets: list[SnippetOut], budget: int, defined: list[str], lead_from: int | None = None) -> str:
+                  scores: np.ndarray, snippets: list[SnippetOut], budget: int, defined: list[str], lead_from: int | None = None,
+                  summary: str = "") -> str:
     """The composed units in the shape of the question's kind (`app/answer_shapes.py`), with the Config
     line of the keys involved; everything within `budget` words. `defined`: the keys of a question that
-    asks only what they are (their catalogue description leads); `lead_from`: the source the lead comes from."""
+    asks only what they are (their catalogue description leads); `lead_from`: the source the lead comes from;
+    `summary`: for one that asks only what an API symbol is, its docstring's first sentence (`api_summary`), which leads."""
     facts = engine.config_facts
     named = keys_named(result.query, facts)
     kind = question_kind(request.question, named)
@@ -252,33 +256,45 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
         head = status_line(result.query, named, engine.config_status, said)
     elif defined:
         head = key_line(defined, engine.config_docs)  # what the key does, in the catalogue's words, first
+    elif summary:
+        head = summary  # what the symbol is, in its docstring's words, first
     room = budget - len(head.split()) - len(tail.split())
     body = answer_text(sources, cands, scores, room, lead_from)
     before = ""  # what the head says, which the quoted units then leave out
     if head and kind != "version":
-        if restated(head.split(": ", 1)[-1], body):
+        if restated(head.split(": ", 1)[-1], body) and not summary:
             head = ""  # the quoted units say it already, with their citation
         else:
             before = head
             body = answer_text(sources, cands, scores, room, lead_from, before)
             if defined:  # said before the quoted units: cited with the passage that says it
                 head = key_line(defined, engine.config_docs, sources=sources)
+            elif summary and lead_from:
+                head = f"{summary} [{lead_from}]"
     extra = missing_sides(body, cands, scores, sides(result.query)) if kind == "compare" else []
     if extra:  # the other side of a comparison joins: the units before it make room
         body = answer_text(sources, cands, scores, room - sum(len(c.unit.text.split()) for c in extra), lead_from, before)
         body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
-    keys = config_line(result.query, f"{before} {body}", facts, sure=defined)
+    keys = config_line(result.query, "" if summary else f"{before} {body}", facts, sure=defined)
     if keys:  # the whole answer keeps to the budget: the quoted units make room for the Config line
         body = answer_text(sources, cands, scores, room - len(keys.split()) - sum(len(c.unit.text.split()) for c in extra), lead_from,
                            before)
         body += "".join(f" {c.unit.text} [{c.source.n}]" for c in extra)
-        keys = config_line(result.query, f"{before} {body}", facts, sure=defined)
+        keys = config_line(result.query, "" if summary else f"{before} {body}", facts, sure=defined)
     for key in named if keys else []:  # the Config line gives the asked keys' type and default
         if f"`{key}` (" in keys:
             body = without_type_and_default(body, key)
     parts = [keys, head, body] if kind == "config" and keys else [head, body, keys]
     parts.append(setting_line(request.question, defined, facts) if defined else "")  # where the keys go in the config
     return "\n".join(p for p in [*parts, tail] if p)
+
+
+def api_summary(source: Source) -> str:
+    """'`deepspeed.zero.TiledLinear`: A replacement for `torch.nn.Linear` that ...' from an API page's passage: its
+    symbol (the heading) and the first sentence of its docstring (the passage's first unit that is no argument's
+    line); '' when it has none."""
+    first = next((u.text for u in source.units or () if not u.text.startswith("`")), "")
+    return f"`{source.heading}`: {first}" if first else ""
 
 
 def unknown_line(names: tuple[str, ...], keys: Iterable[str] = (), limit: int = 3) -> str:

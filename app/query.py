@@ -157,14 +157,22 @@ _API_NAME = re.compile(r"^(?:[A-Z][a-z0-9]+){2,}[A-Za-z0-9]*$|^[a-z][a-z0-9]*(?:
 
 
 def api_names_in(question: str, paths: Iterable[str]) -> list[str]:
-    """The API symbols (dotted paths) a question names: by the whole path, or by the last name when it is
-    distinctive (CamelCase or snake_case, written as a word: "What does TiledLinear do?"; not "Init")."""
+    """The API symbols (dotted paths) a question names: by the whole path, by a dotted ending of two or more
+    names ("zero.Init"), or by the last name when it is distinctive (CamelCase or snake_case, written as a
+    word: "What does TiledLinear do?"; not "Init")."""
     named = []
     for path in paths:
         last = path.rsplit(".", 1)[-1]
         if path in question or (last in question and _API_NAME.match(last) and re.search(rf"(?<![\w.]){re.escape(last)}(?![\w])", question)):
             named.append(path)
+        elif last in question and any(re.search(rf"(?<![\w.]){re.escape(ending)}(?![\w])", question) for ending in _dotted_endings(path)):
+            named.append(path)  # "zero.Init", "comm.all_reduce": a dotted ending of two or more names
     return named
+
+
+def _dotted_endings(path: str) -> list[str]:
+    parts = path.split(".")
+    return [".".join(parts[i:]) for i in range(1, len(parts) - 1)]
 
 
 _ASKING = re.compile(r"[?？]|\b(?:what|how|why|when|where|which|who|whose|is|are|can|could|does|do|did|should|would|will|may|might|"

@@ -190,6 +190,28 @@ def _own(cls: type, name: str) -> bool:
     return owner is not None and owner.__module__.startswith("deepspeed")
 
 
+def _deepspeeds(cls: type) -> bool:
+    return cls.__module__.startswith("deepspeed")
+
+
+def own_doc(member: Any, cls: type | None = None, name: str = "") -> str:
+    """The docstring deepspeed wrote for an API member, never one inherited from torch (`inspect.getdoc` gives a
+    class or method without its own the base class's: TiledLinear read "Base class for all neural network
+    modules", DeepSpeedCPUAdam "Base class for all optimizers"). A class without its own docstring gives its
+    own `__init__`'s (GatheredParameters, zero.Init had none), else a deepspeed base class's; a method of `cls`
+    (`name`) the first docstring of that name along `cls`'s MRO, when a deepspeed class wrote it."""
+    if inspect.isclass(member):
+        own = member.__dict__.get("__doc__") or getattr(member.__dict__.get("__init__"), "__doc__", None)
+        owner = next((c for c in member.__mro__ if c.__dict__.get("__doc__")), None)
+        doc = own or (owner.__doc__ if owner is not None and _deepspeeds(owner) else None)
+    elif cls is not None and name:
+        owner = next((c for c in cls.__mro__ if getattr(c.__dict__.get(name), "__doc__", None)), None)
+        doc = getattr(owner.__dict__[name], "__doc__", None) if owner is not None and _deepspeeds(owner) else None
+    else:
+        doc = getattr(member, "__doc__", None)
+    return inspect.cleandoc(doc) if isinstance(doc, str) and doc.strip() else ""
+
+
 def api_members(symbols: dict[str, list[str] | None] | None = None) -> Iterator[tuple[str, Any, list[tuple[str, Any]]]]:
     """Per symbol of `symbols` (API_SYMBOLS by default) the installed deepspeed has: its path, the object,
     and the members documented with it, (qualified name, object), the symbol first, then a class's listed
@@ -220,8 +242,8 @@ def read_api_docs(docs_root: Path | None = None) -> list[Document]:
         short = path.rsplit(".", 1)[-1]
         sections: list[Section] = []
         for qual, member in members:
-            doc = inspect.getdoc(member) or ""
-            if member is not obj and (not doc or doc == inspect.getdoc(object)):
+            doc = own_doc(member, obj if inspect.isclass(obj) and member is not obj else None, qual.rsplit(".", 1)[-1])
+            if member is not obj and not doc:
                 continue
             blocks = [Block(kind="text", text=f"API `{qual}` in deepspeed {version}. Signature: `{_signature(member, qual.rsplit('.', 1)[-1])}`")]
             blocks += _doc_blocks(doc) if doc else []

@@ -75,11 +75,14 @@ _CAPTION = re.compile(r"^(?:figure|fig\.|image:)|^(?:the\s+)?(?:upper|lower|top|
                       r"(?:figure|image|plot|panel|chart|graph|table)\b|^table\s*\d+\s*[:.]", re.I)
 
 
+_NAMED_FIRST = re.compile(r"^`?[\w.]+`?:\s+(?=api `)")
+
+
 def _drop(unit: str) -> bool:
     words = unit.split()
     if len(words) < MIN_WORDS:
         return True
-    low = unit.lower()
+    low = _NAMED_FIRST.sub("", unit.lower())  # a member's name line joined to its stub ("`a.b.step`: API `a.b.step` in ...")
     # ":ivar training: ..." / ":vartype ...": a reST field list of attributes (torch's nn.Module one), not prose
     if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:", ":ivar ", ":vartype ")) or _CAPTION.match(unit):
         return True
@@ -247,9 +250,12 @@ _RST_LITERAL = re.compile(r"``([^`]+)``")
 _BIB_REF = re.compile(r"\s*\[\d+(?:\s*[,\-\u2013]\s*\d+)*\]")
 
 
+_RST_ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|obj|data|exc|const):`~?([^`]+)`")
+
+
 def markdown_literals(text: str) -> str:
-    """reST's ``literal`` as Markdown's `code`, as a unit shows it."""
-    return _RST_LITERAL.sub(r"`\1`", text)
+    """reST's ``literal`` and a docstring's :class:`x` / :meth:`x` roles as Markdown's `code`, as a unit shows them."""
+    return _RST_ROLE.sub(r"`\1`", _RST_LITERAL.sub(r"`\1`", text))
 
 
 def _finish(unit: str) -> str | None:

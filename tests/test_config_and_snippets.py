@@ -347,3 +347,22 @@ def test_the_api_pages_hold_what_the_docs_api_reference_documents(real_docs: Pat
     assert any(b.kind == "code" and b.text.startswith(">>> optimizer") for b in blocks)
     assert not any(b.kind == "text" and ">>>" in b.text for b in blocks)
     assert any(b.kind == "text" and "warmup_num_steps (int)" in b.text for b in blocks)
+
+
+def test_an_api_page_holds_deepspeeds_own_docstrings_never_torchs(real_docs: Path) -> None:
+    """`inspect.getdoc` gives a class without its own docstring its base class's: TiledLinear's page read "Base class
+    for all neural network modules" (torch.nn.Module's), DeepSpeedCPUAdam's "Base class for all optimizers", and
+    GatheredParameters' and zero.Init's pages had no text at all (theirs is on `__init__`). A deepspeed base class's
+    docstring is kept (TiedLayerSpec from LayerSpec); a method whose only docstring is torch's has no section."""
+    from indexer.package_source import read_api_docs
+
+    pages = {d.path.removeprefix("deepspeed-api/"): d for d in read_api_docs(real_docs)}
+    text = {path: "\n".join(b.text for s in d.sections for b in s.blocks) for path, d in pages.items()}
+    assert "A replacement for ``torch.nn.Linear``" in text["deepspeed.zero.TiledLinear"]
+    assert "Fast vectorized implementation of two variations of Adam" in text["deepspeed.ops.adam.DeepSpeedCPUAdam"]
+    assert "A context that collects parameters that were partitioned" in text["deepspeed.zero.GatheredParameters"]
+    assert "A context to enable massive model construction" in text["deepspeed.zero.Init"]
+    assert not [p for p, t in text.items() if "Base class for all" in t or "Helper class that provides a standard way" in t]
+    headings = {s.heading for d in pages.values() for s in d.sections}
+    assert "deepspeed.ops.adam.DeepSpeedCPUAdam.add_param_group" not in headings  # torch.optim.Optimizer's docstring only
+    assert "deepspeed.ops.adam.DeepSpeedCPUAdam.step" in headings  # its own

@@ -410,6 +410,16 @@ def test_asking_what_an_api_symbol_does_is_never_refused(engine) -> None:
         refused = [n for n in names if not prepare(engine, AskRequest(question=form.format(n))).covered]
         assert not refused, (form, refused[:5])
     assert not api_names_in("What does Init do?", engine.api_pages)  # a common word is no symbol's name
+    assert api_names_in("What does zero.Init do?", engine.api_pages) == ["deepspeed.zero.Init"]  # a dotted ending is
+    # the answer opens with the symbol and its docstring's first sentence, cited; no stub line ("API `x` in deepspeed
+    # 0.19.8."), no torch docstring: 9 and 1 of 120 such answers had one, 0 of 120 opened with the summary
+    for name, summary in (("TiledLinear", "A replacement for `torch.nn.Linear` that works with ZeRO-3"),
+                          ("zero.Init", "A context to enable massive model construction for training with ZeRO-3.")):
+        said = ask(engine, AskRequest(question=f"What does {name} do?")).answer
+        assert said.startswith(f"`deepspeed.zero.{name.removeprefix('zero.')}`: {summary}") and said.split("\n")[0].endswith("[1]")
+    for name in names:
+        said = ask(engine, AskRequest(question=f"What does {name} do?")).answer
+        assert not re.search(r"API `[\w.]+` in deepspeed|Base class for all", said), (name, said)
     labelled = [q.question for q in load_question_set()] + [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
     assert not [q for q in labelled if (named := api_names_in(q, engine.api_pages)) and asks_only_what_key_is(q, named)]
 
