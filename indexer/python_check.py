@@ -308,6 +308,7 @@ def check_python(code: str) -> tuple[str, str]:
     source = textwrap.dedent(typed if typed is not None else code)
     try:
         tree = ast.parse(source)
+        compile(tree, "<snippet>", "exec")  # what only the compiler refuses: 'return' or 'yield' outside a function
     except SyntaxError as exc:  # a method body, a call with '...' in its text, a signature line
         if has_placeholders(source, None):
             return TEMPLATE, f"has placeholders and is not complete Python (line {exc.lineno}: {exc.msg})"

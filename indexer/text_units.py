@@ -17,7 +17,7 @@ from indexer.documents import Chunk
 from indexer.known_causes import opens_a_cause, reader_line
 
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
-_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.)\s+")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.|#(?=\s+[A-Z]))\s+")  # "#." and reST prose "# Note ..." number items too
 # a config catalogue line as `indexer/package_source.describe_key` writes it
 CATALOGUE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \(type (?P<type>[^;]+); default (?P<default>.*?)\)\.\s*(?P<rest>.*)$")
 # `key: [type]` (also *key*, and `section:key` for a nested one)

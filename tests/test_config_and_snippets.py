@@ -101,6 +101,10 @@ def test_snippet_checks() -> None:
     status, reason = check_python("from deepspeed.ops.sparse_attention import SparseSelfAttention")
     assert status == "fails" and "sparse_attention" in reason and "line 1" in reason
     assert check_python("    def f(self):\n        return 1") == ("not_checked", "parses, but uses no deepspeed names to check")
+    # a method body's excerpt parses, but only the compiler refuses its 'return' (GatheredParameters' docstring
+    # example was "checked", then failed when run): an excerpt, not checked
+    body = "import deepspeed\nwith deepspeed.zero.GatheredParameters(w, fwd_module=self):\n    y = f(x)\nreturn y"
+    assert check_python(body) == ("not_checked", "an excerpt, not complete Python (line 4: 'return' outside function)")
     assert check_launcher("deepspeed --num_gpus 2 train.py --deepspeed_config ds.json")[0] == "checked"
     status, reason = check_launcher("deepspeed --num_gpuz 2 train.py")
     assert status == "fails" and "num_gpuz" in reason
