@@ -5,7 +5,9 @@ The kind of a question decides what comes with the composed units (`app/answer.p
   word on the keys named (removed, with DeepSpeed's message; deprecated, with the replacement) first;
 - `compare` ("X vs Y", "difference between"): both sides quoted: when the units name only one of the
   options or identifiers the question weighs, the best unit naming the other joins;
-- `config` (names a key, or asks which setting): the keys' type and default lead the answer;
+- `config` (names a key, or asks which setting): the keys' type and default lead the answer; a question asking
+  only what keys are opens with their catalogue descriptions (`key_line`), one asking only what an API
+  symbol is with its docstring's first sentence (`api_summary`);
 - `howto`: the best snippet of the first passages, by id and with what was done to it; a question asking
   only how to set config keys gets where they go in the config (`setting_line`);
 - `error` (a traceback or an error message): where the whole log is matched against what deepspeed raises;
@@ -22,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from app.answer import OPTION_FAMILIES, Candidate, options_named
+from app.answer import OPTION_FAMILIES, Candidate, Source, options_named, restated
 from app.query import identifiers
 from app.schemas import SnippetOut
 from indexer.snippet_status import CHECKED, RAN, SHOW_ORDER
@@ -101,6 +103,26 @@ def missing_sides(answer: str, cands: list[Candidate], scores: np.ndarray, tests
         if best is not None:
             extra.append(best)
     return extra
+
+
+def key_line(keys: list[str], docs: dict[str, str], limit: int = 2, sources: list[Source] | None = None) -> str:
+    """'`a.b`: what it does.' for the first keys the catalogue describes ('' for none); with `sources`, each
+    cited with the first of them that says it ("... [2]")."""
+    said = []
+    for k in [k for k in keys if docs.get(k)][:limit]:
+        text = f"`{k}`: {docs[k].rstrip()}"
+        text = text if text.endswith((".", "!", "?", ")")) else text + "."
+        n = next((s.n for s in sources or () if restated(docs[k], s.text)), None)
+        said.append(f"{text} [{n}]" if n else text)
+    return " ".join(said)
+
+
+def api_summary(source: Source) -> str:
+    """'`deepspeed.zero.TiledLinear`: A replacement for `torch.nn.Linear` that ...' from an API page's passage: its
+    symbol (the heading) and the first sentence of its docstring (the passage's first unit that is no argument's
+    line); '' when it has none."""
+    first = next((u.text for u in source.units or () if not u.text.startswith("`")), "")
+    return f"`{source.heading}`: {first}" if first else ""
 
 
 def snippet_line(snippets: list[SnippetOut], first: set[str]) -> str:

@@ -18,16 +18,16 @@ from app.answer import (
     NOT_COVERED,
     Candidate,
     Source,
-    about_other_keys,
     answer_text,
-    config_line,
-    keys_named,
     restated,
     scored_candidates,
 )
+from app.answer_keys import about_other_keys, config_line, keys_named
 from app.answer_shapes import (
     ERROR_LINE,
+    api_summary,
     asks_to_set,
+    key_line,
     missing_sides,
     question_kind,
     setting_line,
@@ -289,14 +289,6 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
     return "\n".join(p for p in [*parts, tail] if p)
 
 
-def api_summary(source: Source) -> str:
-    """'`deepspeed.zero.TiledLinear`: A replacement for `torch.nn.Linear` that ...' from an API page's passage: its
-    symbol (the heading) and the first sentence of its docstring (the passage's first unit that is no argument's
-    line); '' when it has none."""
-    first = next((u.text for u in source.units or () if not u.text.startswith("`")), "")
-    return f"`{source.heading}`: {first}" if first else ""
-
-
 def unknown_line(names: tuple[str, ...], keys: Iterable[str] = (), limit: int = 3) -> str:
     """'`stage3_prefetch_strategy` appears nowhere ...' for the settings a refused question writes out
     that nothing indexed names ('' for none): the likeliest reason it is not covered; with the config
@@ -333,18 +325,6 @@ def unaccepted_line(arguments: tuple[tuple[str, str], ...], version: str, limit:
     where = f" in deepspeed {version}" if version else " in the installed deepspeed"
     said = [f"`{function}` takes no keyword argument `{keyword}`{where}." for function, keyword in arguments[:limit]]
     return " ".join(said) + "\n\n"
-
-
-def key_line(keys: list[str], docs: dict[str, str], limit: int = 2, sources: list[Source] | None = None) -> str:
-    """'`a.b`: what it does.' for the first keys the catalogue describes ('' for none); with `sources`, each
-    cited with the first of them that says it ("... [2]")."""
-    said = []
-    for k in [k for k in keys if docs.get(k)][:limit]:
-        text = f"`{k}`: {docs[k].rstrip()}"
-        text = text if text.endswith((".", "!", "?", ")")) else text + "."
-        n = next((s.n for s in sources or () if restated(docs[k], s.text)), None)
-        said.append(f"{text} [{n}]" if n else text)
-    return " ".join(said)
 
 
 def finish(engine: Engine, request: AskRequest, prepared: Prepared, answer: str) -> AskResponse:

@@ -15,17 +15,15 @@ import pytest
 from app.answer import (
     NOT_COVERED,
     Source,
-    about_other_keys,
     about_other_option,
     compose,
-    config_line,
     extractive_answer,
-    keys_named,
-    owners,
     restated,
     scored_candidates,
 )
-from app.ask import key_line, terms_line, version_notes
+from app.answer_keys import about_other_keys, config_line, keys_named, owners
+from app.answer_shapes import key_line
+from app.ask import terms_line, version_notes
 from app.coverage import COVERAGE_FEATURES, coverage_features
 from app.engine import retrieval_options
 from app.glossary import Glossary

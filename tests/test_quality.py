@@ -11,7 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.answer import keys_named, load_unit_model
+from app.answer import (
+    load_unit_model,
+)
+from app.answer_keys import keys_named
 from app.answer_shapes import ERROR_LINE, config_fragment
 from app.ask import ask, prepare
 from app.coverage import load_abstention
