@@ -39,6 +39,7 @@ _WORLD = re.compile(
 )
 _BATCH = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 CHECKED = "unknown keys, types, fp16/bf16, batch arithmetic, offload against the ZeRO stage"
+MAX_STARTS = 32  # the opening braces a question's text is read from
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def _read_object(text: str, start: int) -> tuple[Any, int]:
     where it ends; (None, start + 1) when none parses there."""
     try:
         return json.JSONDecoder().raw_decode(text, start)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         pass
     depth, quote = 0, ""
     for end in range(start, len(text)):
@@ -80,7 +81,9 @@ def pasted_config(text: str, top_keys: Iterable[str]) -> PastedConfig | None:
     """The first config (or config block) the text holds; None when it holds none."""
     tops = set(top_keys)
     at = text.find("{")
-    while at != -1:
+    for _ in range(MAX_STARTS):  # "{{{{...": each start reads on to its closing brace; a few are enough
+        if at == -1:
+            break
         value, end = _read_object(text, at)
         if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
             known = sum(1 for k in value if k in tops)

@@ -69,6 +69,14 @@ def test_bad_input_is_a_4xx_naming_the_field(small_server: ServerThread, payload
     assert body["error"] == "invalid_input" and body["field"] == field and field in body["message"]
 
 
+@pytest.mark.parametrize("question", ['is this config right? {"a": ' + "[" * 1500, "{" * 1999,
+                                      'my config {"train_batch_size": 8, "bf16": {"enabled": true}, "zero_optimization": ' + "[" * 600 + "]" * 600 + "}"])
+def test_a_question_holding_deeply_nested_json_is_answered(small_server: ServerThread, question: str) -> None:
+    """Nesting deeper than json's parser goes raised RecursionError from the pasted-config reading: a 500."""
+    r = httpx.post(small_server.url + "/ask", json={"question": question}, timeout=30)
+    assert r.status_code == 200 and r.json()["answer"]
+
+
 def test_malformed_json_is_a_4xx(small_server: ServerThread) -> None:
     r = httpx.post(small_server.url + "/ask", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["field"] == "body"

@@ -35,6 +35,9 @@ def test_a_block_written_after_its_key_is_checked_as_that_block_alone() -> None:
     '{"lr": 1e-5, "eps": 1e-8}',  # no config key among its keys
     "a broken one {\"train_batch_size\": 32, ",
     "set {x for x in range(3)} somewhere",
+    '{"a":' * 900 + "1" + "}" * 900,  # deeper than json's parser goes: RecursionError, once a 500
+    "{" * 2000,
+    '{"lr": ' + "[" * 1200 + "]" * 1200 + "}",
 ])
 def test_text_without_a_config_has_none(text: str) -> None:
     assert pasted_config(text, TOPS) is None
