@@ -126,8 +126,9 @@ def about_other_keys(cands: list[Candidate], keys: list[str], by_passage: bool =
     named = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(a) for a in sorted(asked)) + r")\b")
     names = [bool(named.search(c.unit.text)) for c in cands]
     blocks = {(c.source.n, c.unit.block) for c, said in zip(cands, names, strict=True) if said}
-    if by_passage:
-        blocks |= {(c.source.n, c.unit.block) for c in cands if named.search(c.source.text)}
+    if by_passage:  # each passage's text searched once, not once per unit of it
+        naming = {n for n, text in {c.source.n: c.source.text for c in cands}.items() if named.search(text)}
+        blocks |= {(c.source.n, c.unit.block) for c in cands if c.source.n in naming}
     out = []
     for c, said, owner in zip(cands, names, owners(cands), strict=True):
         mine = owner is not None and owner.rsplit(".", 1)[-1] in asked

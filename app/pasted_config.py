@@ -130,14 +130,14 @@ def config_check_line(pasted: PastedConfig, question: str, version: str,
         log.warning("pasted config not checked", exc_info=True)
         return ""
     lines: list[str] = []
-    for finding in result.errors + result.warnings:
+    for finding, warned in [(f, False) for f in result.errors] + [(f, True) for f in result.warnings]:
         where = f"`{_shown(finding.pointer)}`: " if finding.pointer else ""
         if finding.pointer == "/train_batch_size" and said is None and tbs and per_step and tbs % per_step:
             text = (f"train_batch_size {tbs} is not train_micro_batch_size_per_gpu {mbs} x gradient_accumulation_steps {gas} "
                     f"x any number of GPUs; give two of the three and deepspeed infers the third")
         else:
             text = finding.message + (f"; {finding.suggestion}" if finding.suggestion else "")
-        warning = " (a warning: deepspeed runs, ignoring it)" if finding in result.warnings else ""
+        warning = " (a warning: deepspeed runs, ignoring it)" if warned else ""
         lines.append(f"- {where}{text.rstrip('.?! ')}{warning}." if not text.endswith("?") or warning else f"- {where}{text}")
     if implied and implied > 1:
         lines.append(f"- `train_batch_size`: {tbs} = micro batch {mbs} x accumulation {gas} x {implied} GPUs, so it holds only when "

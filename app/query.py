@@ -162,17 +162,13 @@ def api_names_in(question: str, paths: Iterable[str]) -> list[str]:
     word: "What does TiledLinear do?"; not "Init")."""
     named = []
     for path in paths:
-        last = path.rsplit(".", 1)[-1]
-        if path in question or (last in question and _API_NAME.match(last) and re.search(rf"(?<![\w.]){re.escape(last)}(?![\w])", question)):
+        parts = path.split(".")
+        last = parts[-1]
+        # the names it goes by, written as a word: a distinctive last name, a dotted ending ("zero.Init", "comm.all_reduce")
+        names = ([last] if _API_NAME.match(last) else []) + [".".join(parts[i:]) for i in range(1, len(parts) - 1)]
+        if path in question or (last in question and any(re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", question) for n in names)):
             named.append(path)
-        elif last in question and any(re.search(rf"(?<![\w.]){re.escape(ending)}(?![\w])", question) for ending in _dotted_endings(path)):
-            named.append(path)  # "zero.Init", "comm.all_reduce": a dotted ending of two or more names
     return named
-
-
-def _dotted_endings(path: str) -> list[str]:
-    parts = path.split(".")
-    return [".".join(parts[i:]) for i in range(1, len(parts) - 1)]
 
 
 _ASKING = re.compile(r"[?？]|\b(?:what|how|why|when|where|which|who|whose|is|are|can|could|does|do|did|should|would|will|may|might|"
