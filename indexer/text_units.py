@@ -17,6 +17,11 @@ from indexer.documents import Chunk
 from indexer.known_causes import opens_a_cause, reader_line
 
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
+# a line that introduces code with a colon, then a fence of one short line: the command is what the line says to
+# run ("... use the following environment variable: `DS_SKIP_CUDA_CHECK=1`"), quoted with it as one unit
+SHORT_CODE_CHARS = 100
+_SHORT_FENCE_AFTER_COLON = re.compile(r"(?m)^(?P<line>[^\n]*\S:)[ \t]*\n(?:[ \t]*\n)*[ \t]*```[\w+-]*[ \t]*\n"
+                                      rf"[ \t]*(?P<code>[^\n`]{{1,{SHORT_CODE_CHARS}}}?)[ \t]*\n[ \t]*```")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.|#(?=\s+[A-Z]))\s+")  # "#." and reST prose "# Note ..." number items too
 # a config catalogue line as `indexer/package_source.describe_key` writes it
 CATALOGUE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \(type (?P<type>[^;]+); default (?P<default>.*?)\)\.\s*(?P<rest>.*)$")
@@ -144,7 +149,7 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
     ended the chunk before (`open_key`), so that the rows of its table, here, keep it."""
     units: list[Unit] = []
     lone: int | None = None  # the unit a block of one short line without a full stop gave (a caption if a matrix follows)
-    for block_no, block in enumerate(re.split(r"\n\s*\n", _FENCE.sub("\n\n", text))):
+    for block_no, block in enumerate(re.split(r"\n\s*\n", _FENCE.sub("\n\n", inline_short_code(text)))):
         # (kind, text, key, header): prose | row | arg | whole (a matrix row read through its header), with the key
         # line and table header above a row as it was read
         items: list[tuple[str, str, str | None, tuple[str, ...]]] = []
@@ -251,6 +256,12 @@ _BIB_REF = re.compile(r"\s*\[\d+(?:\s*[,\-\u2013]\s*\d+)*\]")
 
 
 _RST_ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|obj|data|exc|const):`~?([^`]+)`")
+
+
+def inline_short_code(text: str) -> str:
+    """A fence of one short line right after a line ending in a colon, read as that line's inline code: the
+    sentence that says to run it keeps what it says to run (a longer block stays code, never a unit)."""
+    return _SHORT_FENCE_AFTER_COLON.sub(lambda m: f"{m.group('line')} `{m.group('code')}`", text)
 
 
 def markdown_literals(text: str) -> str:

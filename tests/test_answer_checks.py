@@ -350,7 +350,7 @@ def test_text_units_keep_what_a_reader_needs() -> None:
         "enabled; boolean; `false`; Enable autocast without a manual call.\n\n"
         "ZeRO stage; with offload; without offload\n1/2/3; yes; no\n\n"
         "So you can call forward, backward and step on every micro-batch:\n\n"
-        "```python\nengine.step()\n```\n\n"
+        "```python\nengine.backward(loss)\nengine.step()\n```\n\n"
         "The example below shows how to do it:\n\n"
         "If you already have a distributed environment set up, you'd need to replace:\n\n"
         "when running deepspeed, the extensions weren't built for the card you use it for.\n\n"
@@ -374,14 +374,15 @@ def test_text_units_keep_what_a_reader_needs() -> None:
 def test_a_lead_in_to_code_or_a_list_is_no_statement() -> None:
     """Quoted without what follows its colon, these read as whole sentences and say nothing ("If you just
     want the `state_dict`, you can do." stood in an answer); a statement before its code still counts."""
-    text = ("If you just want the `state_dict`, you can do:\n\n```python\nsd = engine.module.state_dict()\n```\n\n"
-            "The forward pass of a pipeline parallel model implicitly takes the form:\n\n```python\nx = f(x)\n```\n\n"
+    text = ("If you just want the `state_dict`, you can do:\n\n```python\nsd = engine.module.state_dict()\nsave(sd)\n```\n\n"
+            "The forward pass of a pipeline parallel model implicitly takes the form:\n\n```python\nx = f(x)\ny = g(x)\n```\n\n"
             "When not using a DeepSpeed's learning rate scheduler:\n\n- step it yourself after each optimizer step\n\n"
-            "So you can call forward, backward and step on every micro-batch:\n\n```python\nengine.step()\n```\n")
+            "So you can call forward, backward and step on every micro-batch:\n\n```python\nengine.backward(loss)\nengine.step()\n```\n")
     joined = " ".join(u.text for u in text_units(text))
     for gone in ("you can do", "takes the form", "When not using"):
         assert gone not in joined, gone
     assert "So you can call forward, backward and step on every micro-batch." in joined
+    assert "engine.step" not in joined  # a block of code is never a unit
     assert "Step it yourself after each optimizer step." in joined
     # "... as follows." points at code as the colon does: the statement before it stays, a bare copula goes
     after = [u.text for u in text_units("The update rules are as follows.\n\n```python\nm = b1 * m\n```\n\n"
@@ -389,6 +390,23 @@ def test_a_lead_in_to_code_or_a_list_is_no_statement() -> None:
     assert after == ["The param groups are then fed to the ZeRO stage-2 optimizer."]
     pointer = [u.text for u in text_units("You can install DeepSpeed in JIT mode via pip (see below). The memory saved is smaller (see NOTE below for details).")]
     assert pointer == ["You can install DeepSpeed in JIT mode via pip.", "The memory saved is smaller."]
+
+
+def test_a_one_line_command_after_a_colon_reads_with_the_sentence_that_says_to_run_it() -> None:
+    """"..., use the following environment variable:" was cut (it points at what it lacks) and the variable with it:
+    a fence of one short line right after the colon is that sentence's inline code. A longer block, a block after a
+    sentence that closes, and a fence that is not right after the colon stay code."""
+    text = ("If you want to skip this check, use the following environment variable,\nbut beware:\n\n"
+            "```bash\nDS_SKIP_CUDA_CHECK=1\n```\n\n"
+            "To build every op at install time, set the variable, for example:\n\n```\n  DS_BUILD_OPS=1 pip install deepspeed  \n```\n\n"
+            "Save the trained weights to disk from every rank at the end of training:\n\n```python\nsd = engine.module.state_dict()\nsave(sd)\n```\n\n"
+            "The engine wraps the model.\n\n```python\nengine.step()\n```\n\n"
+            f"Run this long command:\n\n```\n{'x' * 101}\n```\n")
+    units = [u.text for u in text_units(text)]
+    assert units[:2] == ["If you want to skip this check, use the following environment variable, but beware: `DS_SKIP_CUDA_CHECK=1`",
+                         "To build every op at install time, set the variable, for example: `DS_BUILD_OPS=1 pip install deepspeed`"]
+    assert units[2:] == ["Save the trained weights to disk from every rank at the end of training.", "The engine wraps the model."]
+    assert all(not is_cut(u) for u in units)
 
 
 def test_a_row_drops_its_sentence_about_an_example_it_does_not_hold() -> None:
