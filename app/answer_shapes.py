@@ -7,7 +7,8 @@ The kind of a question decides what comes with the composed units (`app/answer.p
   options or identifiers the question weighs, the best unit naming the other joins;
 - `config` (names a key, or asks which setting): the keys' type and default lead the answer; a question asking
   only what keys are opens with their catalogue descriptions (`key_line`), one asking only what an API
-  symbol is with its docstring's first sentence (`api_summary`);
+  symbol is with its docstring's first sentence (`api_summary`), one asking what it returns with its
+  docstring's Returns section (`returns_line`);
 - `howto`: the best snippet of the first passages, by id and with what was done to it; a question asking
   only how to set config keys gets where they go in the config (`setting_line`);
 - `error` (a traceback or an error message): where the whole log is matched against what deepspeed raises;
@@ -28,6 +29,7 @@ from app.answer import OPTION_FAMILIES, Candidate, Source, options_named, restat
 from app.query import identifiers
 from app.schemas import SnippetOut
 from indexer.snippet_status import CHECKED, RAN, SHOW_ORDER
+from indexer.text_units import markdown_literals
 
 KINDS = ("error", "version", "compare", "config", "howto", "other")
 
@@ -123,6 +125,48 @@ def api_summary(source: Source) -> str:
     line); '' when it has none."""
     first = next((u.text for u in source.units or () if not u.text.startswith("`")), "")
     return f"`{source.heading}`: {first}" if first else ""
+
+
+_RETURNS_HEAD = re.compile(r"^\s*(?:Returns?|Return type)\s*:\s*(?P<rest>.*)$")
+_ITEM = re.compile(r"^\s*[*-]\s*")
+_SIGNATURE_RETURN = re.compile(r"Signature: `[^`]*\)\s*->\s*(?P<type>[^`]+)`")
+RETURNS_WORDS = 70  # the Returns section's words a reply quotes, whole items only
+
+
+def returns_line(symbol: str, text: str) -> str:
+    """'`deepspeed.initialize` returns: A tuple of `engine`, ...; `engine`: DeepSpeed runtime engine ...' from the
+    Returns section of the symbol's docstring (`text`: its API section, its chunks joined), with the items listed
+    right after it; else its signature's return annotation; '' for neither, and for a class (its constructor's
+    annotation says `None`)."""
+    if symbol.rsplit(".", 1)[-1][:1].isupper():
+        return ""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if _RETURNS_HEAD.match(line)), None)
+    items: list[str] = []
+    if start is not None:
+        first = _RETURNS_HEAD.match(lines[start])
+        items = [first.group("rest").strip()] if first and first.group("rest").strip() else []
+        for n, line in enumerate(lines[start + 1:], start + 1):
+            if not line.strip():  # a blank line ends the section, unless the items of what it returns follow
+                if not _ITEM.match(next((later for later in lines[n + 1:] if later.strip()), "")):
+                    break
+            elif _ITEM.match(line):
+                items.append(_ITEM.sub("", line).strip())
+            elif line[:1].isspace() or not items:  # the section's own lines and an item's wrapped ones
+                items[-1:] = [f"{items[-1]} {line.strip()}" if items else line.strip()]
+            else:
+                break
+    said: list[str] = []
+    words = 0
+    for item in (markdown_literals(" ".join(i.split())) for i in items if i):
+        if said and words + len(item.split()) > RETURNS_WORDS:
+            break
+        said.append(item if item.endswith((".", "!", "?")) else f"{item}.")
+        words += len(item.split())
+    if said:
+        return f"`{symbol}` returns: {' '.join(said)}"
+    annotated = _SIGNATURE_RETURN.search(text)
+    return f"`{symbol}` returns `{annotated.group('type').strip()}` (its signature's annotation)." if annotated else ""
 
 
 def snippet_line(snippets: list[SnippetOut], first: set[str]) -> str:

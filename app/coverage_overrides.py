@@ -7,6 +7,8 @@ an entry of the index rather than by passages that happen to be close.
   the catalogue's entry (the decision refused 42% / 57% / 60% of 205 keys in those forms);
 - an API symbol asked the same way ("What does TiledLinear do?", "How do I use GatheredParameters?")
   with its API page among the passages (47 and 33 of 60 refused);
+- an API function or method asked what it returns ("What does deepspeed.initialize return?", "model_engine.
+  load_checkpoint 返回什么"): its section, the docstring's Returns section leading the answer (`api_returns_asked`);
 - a docs page's title or a config section's name asked the same way ("How do I enable Domino?", "What is
   the elasticity config for?") with that page among the passages (16 and 25 of 72 titles refused);
 - a keyword search ("hostfile format", "ZeRO-Infinity") whose first passage holds every keyword (9 of 40);
@@ -36,7 +38,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from app.answer_shapes import question_kind, status_line
+from app.answer_shapes import question_kind, returns_line, status_line
 from app.catalogue_match import catalogue_for, exact_matches, fixed_chars
 from app.doctor import diagnose_with, raised_line
 from app.engine import Engine
@@ -46,6 +48,7 @@ from app.query import (
     api_names_in,
     asks_only_what_key_is,
     asks_unknowable,
+    asks_what_returns,
     asks_whether_removed,
     is_keyword_query,
     titles_in,
@@ -166,6 +169,30 @@ def api_pages_asked(engine: Engine, question: str) -> frozenset[str]:
     """The API pages of the symbols a question asks nothing but what they are or do ("What does TiledLinear do?")."""
     apis = api_names_in(question, engine.api_pages)
     return frozenset(engine.api_pages[a] for a in apis) if apis and asks_only_what_key_is(question, apis) else frozenset()
+
+
+def api_returns_asked(engine: Engine, question: str) -> str:
+    """The API function or method a question asks nothing but what it returns ("What does deepspeed.initialize
+    return?", "model_engine.load_checkpoint 返回什么"), the one whose docstring says so first; else ""."""
+    symbols = api_names_in(question, engine.api_sections, after_any_object=True)
+    if not asks_what_returns(question, symbols):
+        return ""
+    said = [s for s in symbols if returns_line(s, api_section_text(engine, s))]
+    return said[0] if said else ""
+
+
+def api_section_text(engine: Engine, symbol: str) -> str:
+    """The text of an API symbol's section in the index, its chunks joined."""
+    index, _ = engine.require()
+    return "\n".join(index.chunks[i].text for i in engine.api_sections.get(symbol, ()))
+
+
+def api_section_first(engine: Engine, result: SearchResult, symbol: str, *, topic: str | None = None,
+                      source: str | None = None) -> tuple[SearchResult, bool]:
+    """The passage of an API symbol's own section first (from the index when the search did not return it, unless
+    the request's filters leave the API pages out), and whether it is."""
+    first = _passage_first(engine, result, lambda c: c.source == "api" and c.heading == symbol, topic, source)
+    return (result, False) if first is None else (first, True)
 
 
 def titled_pages_asked(engine: Engine, question: str) -> frozenset[str]:

@@ -110,6 +110,16 @@ class Engine:
         return {c.path.removeprefix(API_PAGE_PREFIX): c.path for c in chunks if c.source == "api" and c.path.startswith(API_PAGE_PREFIX)}
 
     @cached_property
+    def api_sections(self) -> dict[str, tuple[int, ...]]:
+        """API symbol (dotted path: a function's, a class's or a method's section heading) -> its chunks in the
+        index, in reading order (computed once)."""
+        sections: dict[str, list[int]] = {}
+        for i, c in enumerate(self.index.chunks if self.index is not None else ()):
+            if c.source == "api" and c.path.startswith(API_PAGE_PREFIX) and "." in c.heading and " " not in c.heading:
+                sections.setdefault(c.heading, []).append(i)
+        return {symbol: tuple(rows) for symbol, rows in sections.items()}
+
+    @cached_property
     def page_titles(self) -> dict[str, frozenset[str]]:
         """A docs page's title, or a config section's name (its passage's heading), -> the paths of the pages
         with that title (computed once)."""

@@ -153,20 +153,38 @@ def asks_only_what_key_is(question: str, keys: list[str]) -> bool:
     return all(w in _DEFINING_EN for w in words)
 
 
+# "What does X return?", "X 返回什么": what a docstring's Returns section answers
+_RETURNS = re.compile(r"\breturn(?:s|ed(?: by)?)?\b(?: values?)?|返回(?:值|的)?(?:是)?(?:什么|啥)?", re.I)
+
+
+def asks_what_returns(question: str, symbols: list[str]) -> bool:
+    """Whether the question asks nothing but what the named API symbols (dotted paths) return ("What does
+    deepspeed.initialize return?", "engine.load_checkpoint 返回什么"): its words beside the return word are those
+    of a question asking only what the symbols are (`asks_only_what_key_is`)."""
+    if not symbols or not _RETURNS.search(question):
+        return False
+    text = _RETURNS.sub(" ", question)
+    for path in symbols:  # the user's own name of the object before a method's ("model_engine.load_checkpoint")
+        text = re.sub(rf"[\w.]+\.(?={re.escape(path.rsplit('.', 1)[-1])}\b)", "", text)
+    return asks_only_what_key_is(text, symbols)
+
+
 _API_NAME = re.compile(r"^(?:[A-Z][a-z0-9]+){2,}[A-Za-z0-9]*$|^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")  # TiledLinear, safe_get_full_grad
 
 
-def api_names_in(question: str, paths: Iterable[str]) -> list[str]:
+def api_names_in(question: str, paths: Iterable[str], *, after_any_object: bool = False) -> list[str]:
     """The API symbols (dotted paths) a question names: by the whole path, by a dotted ending of two or more
     names ("zero.Init"), or by the last name when it is distinctive (CamelCase or snake_case, written as a
-    word: "What does TiledLinear do?"; not "Init")."""
+    word: "What does TiledLinear do?"; not "Init"). `after_any_object`: a method's distinctive name also after
+    the user's own object ("model_engine.load_checkpoint")."""
     named = []
+    before = r"(?<![\w])" if after_any_object else r"(?<![\w.])"
     for path in paths:
         parts = path.split(".")
         last = parts[-1]
         # the names it goes by, written as a word: a distinctive last name, a dotted ending ("zero.Init", "comm.all_reduce")
         names = ([last] if _API_NAME.match(last) else []) + [".".join(parts[i:]) for i in range(1, len(parts) - 1)]
-        if path in question or (last in question and any(re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", question) for n in names)):
+        if path in question or (last in question and any(re.search(rf"{before}{re.escape(n)}(?![\w])", question) for n in names)):
             named.append(path)
     return named
 

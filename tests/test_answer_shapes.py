@@ -13,6 +13,7 @@ from app.answer_shapes import (
     example_value,
     missing_sides,
     question_kind,
+    returns_line,
     setting_line,
     sides,
     snippet_line,
@@ -133,3 +134,19 @@ def test_a_question_asking_how_to_set_keys_gets_them_nested_in_the_config() -> N
     assert setting_line("怎么设置 block_size", ["aio.block_size"], facts) == 'In the DeepSpeed config (its default shown): `{"aio": {"block_size": 1048576}}`.'
     assert setting_line("What does overlap_comm do?", ["zero_optimization.overlap_comm"], facts) == ""  # asks what, not how
     assert setting_line("How do I set amp?", ["amp"], facts) == ""  # nothing to show
+
+
+def test_what_a_function_returns_is_read_from_its_docstring_else_its_signature() -> None:
+    section = ("API `deepspeed.x.load` in deepspeed 0.19.8. Signature: `load(self, path, tag=None) -> Tuple[str, dict]`\n\n"
+               "Load a checkpoint.\n\nArguments:\n    path: Required. Where it is.\n\nReturns:\n"
+               "    A tuple of ``load_path`` and\n    ``client_state``.\n    *``load_path``: Path of the loaded checkpoint.\n\n"
+               "* ``client_state``: State the client saved,\n  as a dict\n\nImportant: under ZeRO3, reload the engine first.\n")
+    said = returns_line("deepspeed.x.load", section)
+    assert said == ("`deepspeed.x.load` returns: A tuple of `load_path` and `client_state`. `load_path`: Path of the loaded "
+                    "checkpoint. `client_state`: State the client saved, as a dict.")  # the items after it, not what follows them
+    bare = section.split("Returns:")[0]
+    assert returns_line("deepspeed.x.load", bare) == "`deepspeed.x.load` returns `Tuple[str, dict]` (its signature's annotation)."
+    assert returns_line("deepspeed.x.load", "Load a checkpoint.") == ""
+    assert returns_line("deepspeed.x.Loader", section) == ""  # a class: its constructor's `None` is no answer
+    long = "Returns:\n    " + " ".join(["word"] * 50) + "\n\n* ``a``: " + " ".join(["more"] * 30) + "\n"
+    assert returns_line("deepspeed.x.f", long).count("more") == 0  # whole items within the words

@@ -19,7 +19,7 @@ from app.answer_shapes import ERROR_LINE, config_fragment
 from app.ask import ask, prepare
 from app.coverage import load_abstention
 from app.engine import load_engine
-from app.query import TERSE, api_names_in, asks_only_what_key_is, coverage_group, titles_in
+from app.query import TERSE, api_names_in, asks_only_what_key_is, asks_what_returns, coverage_group, titles_in
 from app.query_adapter import UNIT_ADAPTER_FILE, load_query_adapter
 from app.ranking import load_ranker
 from app.refusal_memory import REFUSAL_MEMORY_FILE, load_refusal_memory
@@ -425,6 +425,22 @@ def test_asking_what_an_api_symbol_does_is_never_refused(engine) -> None:
         assert not re.search(r"API `[\w.]+` in deepspeed|Base class for all", said), (name, said)
     labelled = [q.question for q in load_question_set()] + [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
     assert not [q for q in labelled if (named := api_names_in(q, engine.api_pages)) and asks_only_what_key_is(q, named)]
+
+
+def test_asking_what_an_api_function_returns_leads_with_its_returns_section(engine) -> None:
+    """"What does deepspeed.initialize return?" was answered from sentences that name it (the engine "returned by
+    deepspeed.initialize", a scheduler passed to it), the docstring's Returns section unquoted; now that section
+    leads, cited, and the symbol's own section is the first passage. None of our labelled questions takes this form."""
+    said = ask(engine, AskRequest(question="What does deepspeed.initialize return?")).answer
+    assert said.startswith("`deepspeed.initialize` returns: A tuple of `engine`, `optimizer`, `training_dataloader`, `lr_scheduler`.")
+    assert said.split("\n")[0].endswith("[1]")
+    for question in ("What does model_engine.load_checkpoint return?", "load_checkpoint 返回什么？"):
+        reply = ask(engine, AskRequest(question=question))
+        assert reply.covered and reply.answer.startswith("`deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint` returns: A tuple of "
+                                                         "`load_path` and `client_state`."), reply.answer
+        assert reply.passages[0].heading == "deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint"
+    labelled = [q.question for q in load_question_set()] + [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
+    assert not [q for q in labelled if asks_what_returns(q, api_names_in(q, engine.api_sections, after_any_object=True))]
 
 
 def test_asking_how_to_use_a_documented_feature_is_answered(engine) -> None:

@@ -6,9 +6,11 @@ import pytest
 
 from app.query import (
     TERSE,
+    api_names_in,
     asks_first_release,
     asks_only_what_key_is,
     asks_plan_or_figure,
+    asks_what_returns,
     coverage_group,
     is_keyword_query,
     titles_in,
@@ -201,3 +203,28 @@ def test_asks_whether_removed(question: str, asks: bool) -> None:
 def test_coverage_group(question: str, terse: bool) -> None:
     """At most 7 words, or 20 characters when the question holds Chinese: the terse group."""
     assert (coverage_group(question) == TERSE) is terse
+
+
+LOAD = ["deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint"]
+
+
+@pytest.mark.parametrize(("question", "asks"), [
+    ("What does load_checkpoint return?", True),
+    ("What does model_engine.load_checkpoint return?", True),  # the user's own name of the engine
+    ("What is returned by DeepSpeedEngine.load_checkpoint?", True),
+    ("load_checkpoint 返回什么？", True),
+    ("engine.load_checkpoint 的返回值是什么", True),
+    ("What does load_checkpoint do?", False),  # what it does: the symbol's summary answers
+    ("Why does load_checkpoint return None on rank 1?", False),  # a symptom
+    ("What does load_checkpoint return after a failed save?", False),  # a case of the user's
+])
+def test_questions_asking_only_what_a_function_returns(question: str, asks: bool) -> None:
+    named = api_names_in(question, LOAD, after_any_object=True)
+    assert named == LOAD
+    assert asks_what_returns(question, named) is asks
+
+
+def test_a_method_is_named_after_the_users_own_object_only_when_asked_so() -> None:
+    assert api_names_in("model_engine.load_checkpoint(path)", LOAD) == []  # an API page's symbol needs its own name
+    assert api_names_in("model_engine.load_checkpoint(path)", LOAD, after_any_object=True) == LOAD
+    assert api_names_in("my_load_checkpoint()", LOAD, after_any_object=True) == []  # a name that only ends alike
