@@ -149,12 +149,15 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
     ended the chunk before (`open_key`), so that the rows of its table, here, keep it."""
     units: list[Unit] = []
     lone: int | None = None  # the unit a block of one short line without a full stop gave (a caption if a matrix follows)
+    args_open = False
     for block_no, block in enumerate(re.split(r"\n\s*\n", _FENCE.sub("\n\n", inline_short_code(text)))):
         # (kind, text, key, header): prose | row | arg | whole (a matrix row read through its header), with the key
         # line and table header above a row as it was read
         items: list[tuple[str, str, str | None, tuple[str, ...]]] = []
         in_table = False  # a header row was seen in this block
-        in_args = False  # under a docstring's "Args:" (or kin) in this block
+        # under a docstring's "Args:" (or kin): in this block, or the block before ended on an argument (a blank line
+        # between two arguments, as `deepspeed.initialize` writes them, is no end of the list)
+        in_args = args_open
         header: tuple[str, ...] = ()  # the header's cells
         matrix: tuple[str, ...] = ()  # a matrix's header cells ("ZeRO stage; bf16_optimizer_states=False; ...=True")
         caption: int | None = None  # the item a lone short line without a full stop began (a table's caption)
@@ -235,6 +238,7 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
             else:
                 items.append(("prose", line, key, header))
                 caption = len(items) - 1 if len(line.split()) <= CAPTION_WORDS and not line.endswith((".", "!", "?", ":")) else None
+        args_open = in_args and bool(items) and items[-1][0] == "arg"
         for kind, item, row_key, row_header in items:
             flat = " ".join(item.split())
             if kind == "row":

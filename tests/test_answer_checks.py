@@ -467,6 +467,14 @@ def test_a_docstring_argument_keeps_its_name_and_default() -> None:
         "`dynamic_shape`: Allows dynamic shapes of inputs.",
         "`warmup_type` {'log', 'linear'}: increasing function during warmup. Default: log.",
     ]
+    # arguments a blank line apart (`deepspeed.initialize` writes them so) stay arguments: "config: Optional: ..." was
+    # read as prose ("Config: Optional: Instead of ...") once the list's first paragraph ended; the list ends at prose
+    spaced = ("Arguments:\n    args: an object with local_rank.\n        Optional if `config` is passed.\n\n"
+              "config: Optional: a path or a dictionary\n\nmodel: Required: the module to wrap\n\n"
+              "Initialize the engine before training.\n\nnote: a lower-case line after prose is prose again\n")
+    assert [u.text for u in text_units(spaced)] == [
+        "`args`: an object with local_rank. Optional if `config` is passed.", "`config`: Optional: a path or a dictionary.",
+        "`model`: Required: the module to wrap.", "Initialize the engine before training.", "Note: a lower-case line after prose is prose again."]
     # a caption is no answer: what a figure or table beside it shows
     assert text_units("Upper figure is vanilla TP, bottom is Domino.\n\nTable 2: Training throughput on 128 GPUs.") == []
     # nor an attribute field list (torch's nn.Module documents `training` so)
