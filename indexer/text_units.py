@@ -215,12 +215,18 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
                     units.pop()  # the same title as a paragraph of its own, just above
                 caption = None
                 continue
-            if (matrix and len(cells) >= len(matrix) and not keyed and len(cells[0].split()) <= 4
-                    and any(len(c.split()) >= 3 for c in cells[1:])):  # a row that says something, read through the header
-                said = [f"{h}: {c.strip()}" for h, c in zip(matrix[1:-1], cells[1:len(matrix) - 1], strict=True)]
-                said.append(f"{matrix[-1]}: {'; '.join(c.strip() for c in cells[len(matrix) - 1:])}")
+            ragged = bool(matrix) and 2 <= len(cells) < len(matrix)  # a matrix row whose last cells are empty ("0; Not supported")
+            if (matrix and len(cells) >= 2 and not keyed and len(cells[0].split()) <= 4
+                    and any(len(c.split()) >= (2 if ragged else 3) for c in cells[1:])):  # a row that says something, read through the header
+                if ragged:
+                    said = [f"{h}: {c.strip()}" for h, c in zip(matrix[1:], cells[1:], strict=False)]
+                else:
+                    said = [f"{h}: {c.strip()}" for h, c in zip(matrix[1:-1], cells[1:len(matrix) - 1], strict=True)]
+                    said.append(f"{matrix[-1]}: {'; '.join(c.strip() for c in cells[len(matrix) - 1:])}")
                 items.append(("whole", f"{matrix[0]} {cells[0].strip()} — {'; '.join(said)}", key, header))
                 continue
+            if ragged and not keyed:
+                continue  # nothing alone, and no row of the key table above the matrix
             if short and not in_table:
                 continue  # a matrix row of short cells (figures, yes/no): nothing alone
             if _is_row(line, in_table):

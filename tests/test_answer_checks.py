@@ -495,6 +495,16 @@ def test_a_matrix_row_is_read_through_its_header_and_its_title_is_no_answer() ->
         "ZeRO stage 1/2/3 — bf16_optimizer_states=False: Requires ZeRO-Offload + `DeepSpeedCPUAdam`; "
         "bf16_optimizer_states=True: On GPU without offload, or on CPU; kept in bf16 either way.",
     ]
+    # a matrix row whose last cells are empty is read through the header too, never as a row of the key table above
+    # it: "`fp16.fp16_master_weights_and_grads`: 0 (default Not supported)." was quoted for the matrix's "0; Not supported"
+    under_key = ("fp16:fp16_master_weights_and_grads: [boolean]\n\nDescription; Default\nKeep master weights in fp16.; `false`\n\n"
+                 "Support matrix (fp16 master weights/gradients)\n\nZeRO stage; Offload required?; Notes\n0; Not supported\n"
+                 "1/2/3; Yes (`offload_optimizer` with `DeepSpeedCPUAdam`); Optimizer states stay fp32 on CPU.\nA sentence after it.\n")
+    assert [u.text for u in text_units(under_key)] == [
+        "`fp16.fp16_master_weights_and_grads`: Keep master weights in fp16 (default `false`).",
+        "ZeRO stage 0 — Offload required?: Not supported.",
+        "ZeRO stage 1/2/3 — Offload required?: Yes (`offload_optimizer` with `DeepSpeedCPUAdam`); Notes: Optimizer states stay fp32 on CPU.",
+        "A sentence after it."]  # prose after the matrix is prose
     # a table of figures stays out, and a key's row under a three-column header is still the key's row
     assert text_units("Model; GPUs; Time\nGPT-2; 16; 33 hr\n") == []
     assert [u.text for u in text_units('"params" key; Description; Default\nfreeze_step; Warm-up steps before compression; 100000\n')] == [
