@@ -119,6 +119,13 @@ def _is_row(line: str, in_table: bool) -> bool:
     return in_table or (len(last.split()) <= 3 and bool(_VALUE.match(last)))
 
 
+def _is_sentence(cell: str) -> bool:
+    """A cell that is a sentence, not a value (four words or more, a full stop, no code): the second half of a line of
+    prose with a semicolon under a "Description; Default" header ("... therefore slower; subsequent generations
+    replay them.")."""
+    return "`" not in cell and len(cell.split()) >= 4 and cell.rstrip().endswith(".")
+
+
 def _row_unit(cells: list[str], key: str | None, header: tuple[str, ...] = ()) -> str:
     """A table row with its key: 'group; Name for the group.; `None`' under `wandb`. Under a
     two-column header ("Description; Default") every cell but the last is the description when it
@@ -139,8 +146,10 @@ def _row_unit(cells: list[str], key: str | None, header: tuple[str, ...] = ()) -
     desc = _SHOWN_BELOW.sub("", desc).strip().rstrip(".")
     lead = f"`{full}`: " if full else ""
     # a table whose last column is "Example" ("Value; Example", "Fields; Value; Example") gives a value one
-    # might set, not the default: `train_batch_size`'s 32 is no default of deepspeed's
-    said = "for example" if header and header[-1] == "Example" and default == cells[-1] else "default"
+    # might set, not the default: `train_batch_size`'s 32 is no default of deepspeed's; another column ("Values",
+    # "Status", "Conditions") says what it is named
+    last = header[-1] if header and default == cells[-1] else "Default"
+    said = "for example" if last == "Example" else "default" if last == "Default" else f"{last.lower()}:"
     return f"{lead}{desc} ({said} {default})."
 
 
@@ -230,7 +239,8 @@ def text_units(text: str, key: str | None = None) -> list[Unit]:
             if short and not in_table:
                 continue  # a matrix row of short cells (figures, yes/no): nothing alone
             if _is_row(line, in_table):
-                items.append(("row", line, key, header))
+                prose = header[-1:] == ("Default",) and len(cells) == 2 and _is_sentence(cells[-1])
+                items.append(("prose" if prose else "row", line, key, header))  # prose: a sentence of its own
                 continue
             if _LIST_ITEM.match(line):
                 items.append(("prose", _LIST_ITEM.sub("", line), key, header))

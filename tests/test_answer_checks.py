@@ -505,6 +505,14 @@ def test_a_matrix_row_is_read_through_its_header_and_its_title_is_no_answer() ->
         "ZeRO stage 0 — Offload required?: Not supported.",
         "ZeRO stage 1/2/3 — Offload required?: Yes (`offload_optimizer` with `DeepSpeedCPUAdam`); Notes: Optimizer states stay fp32 on CPU.",
         "A sentence after it."]  # prose after the matrix is prose
+    # a table's last column that is no default says what it is; a sentence with a semicolon under a "Description;
+    # Default" header is prose ("... slower (default subsequent generations replay them.)." was quoted)
+    assert [u.text for u in text_units("Parameter; Values\nZeRO Stage; 2, 3\nLoRA; True, False\n")] == [
+        "ZeRO Stage (values: 2, 3).", "LoRA (values: True, False)."]
+    graphs = ("enable_cuda_graph; Capture decode graphs.; `false`\n* `inference_tp_size` greater than 1\n"
+              "The first generation is therefore slower; subsequent generations replay them.\n")
+    assert [u.text for u in text_units("Reference: Description; Default\n" + graphs)][-2:] == [
+        "`inference_tp_size` greater than 1.", "The first generation is therefore slower; subsequent generations replay them."]
     # a table of figures stays out, and a key's row under a three-column header is still the key's row
     assert text_units("Model; GPUs; Time\nGPT-2; 16; 33 hr\n") == []
     assert [u.text for u in text_units('"params" key; Description; Default\nfreeze_step; Warm-up steps before compression; 100000\n')] == [
