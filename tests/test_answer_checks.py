@@ -513,6 +513,8 @@ def test_a_matrix_row_is_read_through_its_header_and_its_title_is_no_answer() ->
               "The first generation is therefore slower; subsequent generations replay them.\n")
     assert [u.text for u in text_units("Reference: Description; Default\n" + graphs)][-2:] == [
         "`inference_tp_size` greater than 1.", "The first generation is therefore slower; subsequent generations replay them."]
+    # a row whose value is only badges (links with no text) says nothing: "Intel XPU (status: [](https://...))." was a unit
+    assert text_units("Description; Status\nIntel XPU; [](https://github.com/x/y/actions/workflows/xpu.yml)\n") == []
     # a table of figures stays out, and a key's row under a three-column header is still the key's row
     assert text_units("Model; GPUs; Time\nGPT-2; 16; 33 hr\n") == []
     assert [u.text for u in text_units('"params" key; Description; Default\nfreeze_step; Warm-up steps before compression; 100000\n')] == [
