@@ -32,7 +32,7 @@ _TABLE_HEADER = re.compile(rf"^(?:{re.escape(REFERENCE.rstrip())}\s*)?(?:Fields|
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(\[*])")
 _ABBREVIATION_END = re.compile(r"\b(?:e\.g|i\.e|etc|vs|a\.k\.a|approx|Fig|No)\.$", re.I)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][\w.]*$")
-_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")  # a badge's empty text too
+_LINK = re.compile(r"\[\[?([^\]]*)\]?\]\([^)]*\)")  # a badge's empty text too, and a "[[slides]](...)" reference
 _RST_DIRECTIVE = re.compile(r"^\.\. (\w+)::\s*")
 _KEY_ROW = re.compile(r"^`?(?P<key>[a-z_][\w.]*)`?\s*:\s*\[(?P<type>[\w ]+)\];\s*(?P<rest>.+)$")
 _VALUE = re.compile(r"^(?:`[^`]*`|-?\d[\w.]*|true|false|none|null|n/a|\{\}|\[\])\.?$", re.I)
