@@ -46,9 +46,9 @@ from app.pasted_error import asks, asks_only_for_a_fix, little_but_message, past
 from app.query import (
     SEARCH_WORDS,
     api_names_in,
+    asked_what_returns,
     asks_only_what_key_is,
     asks_unknowable,
-    asks_what_returns,
     asks_whether_removed,
     is_keyword_query,
     titles_in,
@@ -171,14 +171,14 @@ def api_pages_asked(engine: Engine, question: str) -> frozenset[str]:
     return frozenset(engine.api_pages[a] for a in apis) if apis and asks_only_what_key_is(question, apis) else frozenset()
 
 
-def api_returns_asked(engine: Engine, question: str) -> str:
+def api_returns_asked(engine: Engine, question: str) -> tuple[str, str]:
     """The API function or method a question asks nothing but what it returns ("What does deepspeed.initialize
-    return?", "model_engine.load_checkpoint 返回什么"), the one whose docstring says so first; else ""."""
-    symbols = api_names_in(question, engine.api_sections, after_any_object=True)
-    if not asks_what_returns(question, symbols):
-        return ""
-    said = [s for s in symbols if returns_line(s, api_section_text(engine, s))]
-    return said[0] if said else ""
+    return?", "model_engine.load_checkpoint 返回什么"), the first whose docstring or signature says so, and what it
+    says (`returns_line`); ("", "") for any other question."""
+    for symbol in asked_what_returns(question, engine.api_sections):
+        if said := returns_line(symbol, api_section_text(engine, symbol)):
+            return symbol, said
+    return "", ""
 
 
 def api_section_text(engine: Engine, symbol: str) -> str:

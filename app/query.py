@@ -157,16 +157,17 @@ def asks_only_what_key_is(question: str, keys: list[str]) -> bool:
 _RETURNS = re.compile(r"\breturn(?:s|ed(?: by)?)?\b(?: values?)?|返回(?:值|的)?(?:是)?(?:什么|啥)?", re.I)
 
 
-def asks_what_returns(question: str, symbols: list[str]) -> bool:
-    """Whether the question asks nothing but what the named API symbols (dotted paths) return ("What does
-    deepspeed.initialize return?", "engine.load_checkpoint 返回什么"): its words beside the return word are those
-    of a question asking only what the symbols are (`asks_only_what_key_is`)."""
-    if not symbols or not _RETURNS.search(question):
-        return False
+def asked_what_returns(question: str, paths: Iterable[str]) -> list[str]:
+    """The API symbols (of the dotted `paths`) a question names and asks nothing about but what they return ("What
+    does deepspeed.initialize return?", "engine.load_checkpoint 返回什么"): its words beside the return word are those
+    of a question asking only what the symbols are (`asks_only_what_key_is`); [] for any other question."""
+    if not _RETURNS.search(question):
+        return []
+    symbols = api_names_in(question, paths, after_any_object=True)
     text = _RETURNS.sub(" ", question)
     for path in symbols:  # the user's own name of the object before a method's ("model_engine.load_checkpoint")
         text = re.sub(rf"[\w.]+\.(?={re.escape(path.rsplit('.', 1)[-1])}\b)", "", text)
-    return asks_only_what_key_is(text, symbols)
+    return symbols if asks_only_what_key_is(text, symbols) else []
 
 
 _API_NAME = re.compile(r"^(?:[A-Z][a-z0-9]+){2,}[A-Za-z0-9]*$|^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")  # TiledLinear, safe_get_full_grad

@@ -19,7 +19,14 @@ from app.answer_shapes import ERROR_LINE, config_fragment
 from app.ask import ask, prepare
 from app.coverage import load_abstention
 from app.engine import load_engine
-from app.query import TERSE, api_names_in, asks_only_what_key_is, asks_what_returns, coverage_group, titles_in
+from app.query import (
+    TERSE,
+    api_names_in,
+    asked_what_returns,
+    asks_only_what_key_is,
+    coverage_group,
+    titles_in,
+)
 from app.query_adapter import UNIT_ADAPTER_FILE, load_query_adapter
 from app.ranking import load_ranker
 from app.refusal_memory import REFUSAL_MEMORY_FILE, load_refusal_memory
@@ -440,7 +447,7 @@ def test_asking_what_an_api_function_returns_leads_with_its_returns_section(engi
                                                          "`load_path` and `client_state`."), reply.answer
         assert reply.passages[0].heading == "deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint"
     labelled = [q.question for q in load_question_set()] + [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
-    assert not [q for q in labelled if asks_what_returns(q, api_names_in(q, engine.api_sections, after_any_object=True))]
+    assert not [q for q in labelled if asked_what_returns(q, engine.api_sections)]
 
 
 def test_asking_how_to_use_a_documented_feature_is_answered(engine) -> None:
