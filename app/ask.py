@@ -37,7 +37,7 @@ from app.answer_shapes import (
 )
 from app.coverage_overrides import (
     answered_anyway,
-    api_returns_asked,
+    api_line_asked,
     api_section_first,
     cited_failure_first,
     key_entry_first,
@@ -189,11 +189,13 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     defined = asked if asks_only_what_key_is(request.question, asked) else []  # keys asked for nothing but what they are
     if defined and not named_first:
         result, named_first = key_entry_first(engine, result, defined, topic=request.topic, source=request.source)
-    returns_of, returns = ("", "") if named_first or defined else api_returns_asked(engine, request.question)
-    if returns_of:  # what an API function returns: its section first, its docstring's Returns section the lead
-        result, named_first = api_section_first(engine, result, returns_of, topic=request.topic, source=request.source)
-        returns = returns if named_first else ""
-    decided = decided or bool(returns)
+    # what an API function returns, or what one of its arguments is (before what the symbol is): its section first,
+    # the docstring's line the lead
+    symbol, api_line = ("", "") if (named_first and not named.api) or defined else api_line_asked(engine, request.question)
+    if symbol:
+        result, named_first = api_section_first(engine, result, symbol, topic=request.topic, source=request.source)
+        api_line = api_line if named_first else ""
+    decided = decided or bool(api_line)
     if decided:  # a pasted message the installed deepspeed raises word for word: its raising line leads, covered or not
         raised = raised_message_line(engine, request.question, asked, pasted_only=True)
     else:
@@ -239,7 +241,7 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         if alone:
             draft = terms + ERROR_LINE  # the known failure's why and fix, and where the whole log goes
         else:
-            summary = returns or (api_summary(sources[0]) if named_first and named.api and result.hits[0].chunk.path in named.api else "")
+            summary = api_line or (api_summary(sources[0]) if named_first and named.api and result.hits[0].chunk.path in named.api else "")
             draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined,
                                           1 if named_first else None, summary)
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)

@@ -49,6 +49,7 @@ from app.query import (
     asked_what_returns,
     asks_only_what_key_is,
     asks_unknowable,
+    asks_what_argument_is,
     asks_whether_removed,
     is_keyword_query,
     titles_in,
@@ -56,7 +57,7 @@ from app.query import (
 from app.retriever import Hit, SearchResult, matches_filter
 from indexer.documents import Chunk
 from indexer.known_causes import KNOWN_ERRORS_URL, read_known_causes
-from indexer.text_units import CATALOGUE_ENTRY
+from indexer.text_units import CATALOGUE_ENTRY, text_units
 from indexer.tokenize import term_set
 
 
@@ -171,6 +172,13 @@ def api_pages_asked(engine: Engine, question: str) -> frozenset[str]:
     return frozenset(engine.api_pages[a] for a in apis) if apis and asks_only_what_key_is(question, apis) else frozenset()
 
 
+def api_line_asked(engine: Engine, question: str) -> tuple[str, str]:
+    """The API function or method a question asks nothing but what it returns or what one of its arguments is, and the
+    docstring's line that answers (`api_returns_asked`, `api_argument_asked`); ("", "") for any other question."""
+    symbol, line = api_returns_asked(engine, question)
+    return (symbol, line) if symbol else api_argument_asked(engine, question)
+
+
 def api_returns_asked(engine: Engine, question: str) -> tuple[str, str]:
     """The API function or method a question asks nothing but what it returns ("What does deepspeed.initialize
     return?", "model_engine.load_checkpoint 返回什么"), the first whose docstring or signature says so, and what it
@@ -178,6 +186,22 @@ def api_returns_asked(engine: Engine, question: str) -> tuple[str, str]:
     for symbol in asked_what_returns(question, engine.api_sections):
         if said := returns_line(symbol, api_section_text(engine, symbol)):
             return symbol, said
+    return "", ""
+
+
+_ARGUMENT_UNIT = re.compile(r"^`\*{0,2}(?P<name>[A-Za-z_]\w*)`(?: \([^)]*\)| \{[^}]*\})?: ")
+
+
+def api_argument_asked(engine: Engine, question: str) -> tuple[str, str]:
+    """The API function or method whose argument a question asks nothing but what it is ("What does the config
+    argument of deepspeed.initialize do?"), and that argument's line of its docstring (`text_units` reads one
+    whole), told with the call ("`deepspeed.initialize(config=...)`: Optional: Instead of ..."); ("", "") for any
+    other question."""
+    for symbol in api_names_in(question, engine.api_sections, after_any_object=True):
+        for unit in text_units(api_section_text(engine, symbol)):
+            m = _ARGUMENT_UNIT.match(unit.text)
+            if m and m.group("name") in question and asks_what_argument_is(question, symbol, m.group("name")):
+                return symbol, f"`{symbol}({m.group('name')}=...)`{unit.text[unit.text.index('`', 1) + 1:]}"
     return "", ""
 
 

@@ -170,6 +170,21 @@ def asked_what_returns(question: str, paths: Iterable[str]) -> list[str]:
     return symbols if asks_only_what_key_is(text, symbols) else []
 
 
+# "What does the config argument of deepspeed.initialize do?", "init_inference 的 mp_size 参数是什么"
+_ARGUMENT_WORD = re.compile(r"\b(?:arguments?|args?|parameters?|params?|kwargs?|keyword)\b|参数", re.I)
+
+
+def asks_what_argument_is(question: str, symbol: str, argument: str) -> bool:
+    """Whether the question asks nothing but what `argument` of the API function or method `symbol` is or does: it
+    says argument (or parameter, 参数), and its other words are those of a question asking only what the symbol is."""
+    if not _ARGUMENT_WORD.search(question):
+        return False
+    text = re.sub(rf"(?<![\w.]){re.escape(argument)}(?![\w])=?", " ", question)
+    text = _ARGUMENT_WORD.sub(" ", text)
+    text = re.sub(rf"[\w.]+\.(?={re.escape(symbol.rsplit('.', 1)[-1])}\b)", "", text)  # the user's own object before a method
+    return asks_only_what_key_is(text, [symbol])
+
+
 _API_NAME = re.compile(r"^(?:[A-Z][a-z0-9]+){2,}[A-Za-z0-9]*$|^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")  # TiledLinear, safe_get_full_grad
 
 

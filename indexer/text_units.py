@@ -22,7 +22,8 @@ _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 SHORT_CODE_CHARS = 100
 _SHORT_FENCE_AFTER_COLON = re.compile(r"(?m)^(?P<line>[^\n]*\S:)[ \t]*\n(?:[ \t]*\n)*[ \t]*```[\w+-]*[ \t]*\n"
                                       rf"[ \t]*(?P<code>[^\n`]{{1,{SHORT_CODE_CHARS}}}?)[ \t]*\n[ \t]*```")
-_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.|#(?=\s+[A-Z]))\s+")  # "#." and reST prose "# Note ..." number items too
+# "#." and reST prose "# Note ..." number items too, and a docstring's "*``name``: ..." without its space
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)]|#\.|#(?=\s+[A-Z]))\s+|^\s*\*(?=``?\w)")
 # a config catalogue line as `indexer/package_source.describe_key` writes it
 CATALOGUE_ENTRY = re.compile(r"^`(?P<key>[\w.]+)` \(type (?P<type>[^;]+); default (?P<default>.*?)\)\.\s*(?P<rest>.*)$")
 # `key: [type]` (also *key*, and `section:key` for a nested one)

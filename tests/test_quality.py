@@ -18,11 +18,11 @@ from app.answer_keys import keys_named
 from app.answer_shapes import ERROR_LINE, config_fragment
 from app.ask import ask, prepare
 from app.coverage import load_abstention
+from app.coverage_overrides import api_line_asked
 from app.engine import load_engine
 from app.query import (
     TERSE,
     api_names_in,
-    asked_what_returns,
     asks_only_what_key_is,
     coverage_group,
     titles_in,
@@ -434,10 +434,12 @@ def test_asking_what_an_api_symbol_does_is_never_refused(engine) -> None:
     assert not [q for q in labelled if (named := api_names_in(q, engine.api_pages)) and asks_only_what_key_is(q, named)]
 
 
-def test_asking_what_an_api_function_returns_leads_with_its_returns_section(engine) -> None:
+def test_asking_what_an_api_function_returns_or_an_argument_is_leads_with_its_docstring_line(engine) -> None:
     """"What does deepspeed.initialize return?" was answered from sentences that name it (the engine "returned by
-    deepspeed.initialize", a scheduler passed to it), the docstring's Returns section unquoted; now that section
-    leads, cited, and the symbol's own section is the first passage. None of our labelled questions takes this form."""
+    deepspeed.initialize", a scheduler passed to it), the docstring's Returns section unquoted; "What does the config
+    argument of deepspeed.initialize do?" from sentences naming initialize, the argument's line unquoted. Now that
+    section or line leads, cited, and the symbol's own section is the first passage. None of our labelled questions
+    takes either form."""
     said = ask(engine, AskRequest(question="What does deepspeed.initialize return?")).answer
     assert said.startswith("`deepspeed.initialize` returns: A tuple of `engine`, `optimizer`, `training_dataloader`, `lr_scheduler`.")
     assert said.split("\n")[0].endswith("[1]")
@@ -446,8 +448,17 @@ def test_asking_what_an_api_function_returns_leads_with_its_returns_section(engi
         assert reply.covered and reply.answer.startswith("`deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint` returns: A tuple of "
                                                          "`load_path` and `client_state`."), reply.answer
         assert reply.passages[0].heading == "deepspeed.runtime.engine.DeepSpeedEngine.load_checkpoint"
+    # asked what one of its arguments is, the argument's line leads, told with the call
+    for question, lead in (("What does the config argument of deepspeed.initialize do?",
+                            "`deepspeed.initialize(config=...)`: Optional: Instead of requiring args.deepspeed_config"),
+                           ("init_inference 的 config 参数是什么？", "`deepspeed.init_inference(config=...)`: Optional: instead of arguments"),
+                           ("What is the partition_method parameter of PipelineModule?",
+                            "`deepspeed.pipe.PipelineModule(partition_method=...)` (str, optional): The method upon which")):
+        reply = ask(engine, AskRequest(question=question))
+        lines = [line for line in reply.answer.split("\n") if not line.startswith("术语")]  # a Chinese question's terms first
+        assert reply.covered and lines[0].startswith(lead) and lines[0].endswith("[1]"), reply.answer
     labelled = [q.question for q in load_question_set()] + [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
-    assert not [q for q in labelled if asked_what_returns(q, engine.api_sections)]
+    assert not [q for q in labelled if api_line_asked(engine, q)[0]]
 
 
 def test_asking_how_to_use_a_documented_feature_is_answered(engine) -> None:

@@ -11,6 +11,7 @@ from app.query import (
     asks_first_release,
     asks_only_what_key_is,
     asks_plan_or_figure,
+    asks_what_argument_is,
     coverage_group,
     is_keyword_query,
     titles_in,
@@ -227,3 +228,15 @@ def test_a_method_is_named_after_the_users_own_object_only_when_asked_so() -> No
     assert api_names_in("model_engine.load_checkpoint(path)", LOAD) == []  # an API page's symbol needs its own name
     assert api_names_in("model_engine.load_checkpoint(path)", LOAD, after_any_object=True) == LOAD
     assert api_names_in("my_load_checkpoint()", LOAD, after_any_object=True) == []  # a name that only ends alike
+
+
+@pytest.mark.parametrize(("question", "argument", "asks"), [
+    ("What does the tag argument of load_checkpoint do?", "tag", True),
+    ("What is the `load_module_only` parameter of model_engine.load_checkpoint?", "load_module_only", True),
+    ("load_checkpoint 的 tag 参数是什么？", "tag", True),
+    ("What does tag=latest do in load_checkpoint?", "tag", False),  # no argument word: a value of the user's
+    ("Why does the tag argument of load_checkpoint fail on rank 1?", "tag", False),  # a symptom
+    ("What does the tag argument of load_checkpoint do after a universal conversion?", "tag", False),  # a case of the user's
+])
+def test_questions_asking_only_what_an_argument_is(question: str, argument: str, asks: bool) -> None:
+    assert asks_what_argument_is(question, LOAD[0], argument) is asks
