@@ -46,6 +46,7 @@ from app.pasted_error import asks, asks_only_for_a_fix, little_but_message, past
 from app.query import (
     SEARCH_WORDS,
     api_names_in,
+    asked_what_arguments,
     asked_what_returns,
     asks_only_what_key_is,
     asks_unknowable,
@@ -173,10 +174,29 @@ def api_pages_asked(engine: Engine, question: str) -> frozenset[str]:
 
 
 def api_line_asked(engine: Engine, question: str) -> tuple[str, str]:
-    """The API function or method a question asks nothing but what it returns or what one of its arguments is, and the
-    docstring's line that answers (`api_returns_asked`, `api_argument_asked`); ("", "") for any other question."""
-    symbol, line = api_returns_asked(engine, question)
-    return (symbol, line) if symbol else api_argument_asked(engine, question)
+    """The API function or method a question asks nothing but what it returns, which arguments it takes or what one
+    of them is, and the line that answers (`api_returns_asked`, `api_arguments_asked`, `api_argument_asked`); ("", "")
+    for any other question."""
+    for asked in (api_returns_asked, api_arguments_asked, api_argument_asked):
+        symbol, line = asked(engine, question)
+        if symbol:
+            return symbol, line
+    return "", ""
+
+
+def api_arguments_asked(engine: Engine, question: str) -> tuple[str, str]:
+    """The API function, method or class a question asks nothing but which arguments it takes, and the line its
+    signature in the installed deepspeed gives ("`deepspeed.initialize` takes: `args`, `model`, ..."); ("", "") for
+    any other question or a symbol the index has no signature of."""
+    index, _ = engine.require()
+    for symbol in asked_what_arguments(question, engine.api_sections):
+        sig = next((s for s in index.signatures.by_name.get(symbol.rsplit(".", 1)[-1], ()) if s.qualified == symbol), None)
+        if sig is not None and sig.parameters:
+            more = ", and any other keyword argument" if sig.any_keyword else ""
+            version = index.manifest.get("deepspeed_version") or "the installed deepspeed"
+            return symbol, (f"`{symbol}` takes: {', '.join(f'`{p}`' for p in sig.parameters)}{more} "
+                            f"(its signature in deepspeed {version}).")
+    return "", ""
 
 
 def api_returns_asked(engine: Engine, question: str) -> tuple[str, str]:

@@ -185,6 +185,23 @@ def asks_what_argument_is(question: str, symbol: str, argument: str) -> bool:
     return asks_only_what_key_is(text, [symbol])
 
 
+# "What arguments does deepspeed.initialize take?", "PipelineModule 有哪些参数": the signature answers
+_ARGUMENTS_LISTED = re.compile(r"\b(?:what|which)(?: keyword)? (?:arguments|parameters|args|params|kwargs)\b(?: (?:does|do|can|will))?"
+                               r"|\b(?:take|takes|accept|accepts)\b|有哪些参数|哪些参数|参数有哪些|参数列表|的参数都有什么", re.I)
+
+
+def asked_what_arguments(question: str, paths: Iterable[str]) -> list[str]:
+    """The API symbols (of the dotted `paths`) a question names and asks nothing about but which arguments they take
+    ("What arguments does deepspeed.initialize take?", "PipelineModule 有哪些参数？"); [] for any other question."""
+    if not (_ARGUMENTS_LISTED.search(question) and _ARGUMENT_WORD.search(question)):
+        return []
+    symbols = api_names_in(question, paths, after_any_object=True)
+    text = _ARGUMENT_WORD.sub(" ", _ARGUMENTS_LISTED.sub(" ", question))
+    for path in symbols:  # the user's own object before a method's
+        text = re.sub(rf"[\w.]+\.(?={re.escape(path.rsplit('.', 1)[-1])}\b)", "", text)
+    return symbols if asks_only_what_key_is(text, symbols) else []
+
+
 _API_NAME = re.compile(r"^(?:[A-Z][a-z0-9]+){2,}[A-Za-z0-9]*$|^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")  # TiledLinear, safe_get_full_grad
 
 

@@ -434,7 +434,7 @@ def test_asking_what_an_api_symbol_does_is_never_refused(engine) -> None:
     assert not [q for q in labelled if (named := api_names_in(q, engine.api_pages)) and asks_only_what_key_is(q, named)]
 
 
-def test_asking_what_an_api_function_returns_or_an_argument_is_leads_with_its_docstring_line(engine) -> None:
+def test_asking_what_an_api_function_returns_or_takes_leads_with_its_docstring_or_signature(engine) -> None:
     """"What does deepspeed.initialize return?" was answered from sentences that name it (the engine "returned by
     deepspeed.initialize", a scheduler passed to it), the docstring's Returns section unquoted; "What does the config
     argument of deepspeed.initialize do?" from sentences naming initialize, the argument's line unquoted. Now that
@@ -457,6 +457,9 @@ def test_asking_what_an_api_function_returns_or_an_argument_is_leads_with_its_do
         reply = ask(engine, AskRequest(question=question))
         lines = [line for line in reply.answer.split("\n") if not line.startswith("术语")]  # a Chinese question's terms first
         assert reply.covered and lines[0].startswith(lead) and lines[0].endswith("[1]"), reply.answer
+    # asked which arguments it takes, its signature in the installed deepspeed answers first
+    said = ask(engine, AskRequest(question="What arguments does deepspeed.initialize take?")).answer
+    assert said.startswith("`deepspeed.initialize` takes: `args`, `model`, `optimizer`, `model_parameters`,") and "`config`" in said.split("\n")[0]
     labelled = [q.question for q in load_question_set()] + [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
     assert not [q for q in labelled if api_line_asked(engine, q)[0]]
 

@@ -7,6 +7,7 @@ import pytest
 from app.query import (
     TERSE,
     api_names_in,
+    asked_what_arguments,
     asked_what_returns,
     asks_first_release,
     asks_only_what_key_is,
@@ -240,3 +241,15 @@ def test_a_method_is_named_after_the_users_own_object_only_when_asked_so() -> No
 ])
 def test_questions_asking_only_what_an_argument_is(question: str, argument: str, asks: bool) -> None:
     assert asks_what_argument_is(question, LOAD[0], argument) is asks
+
+
+@pytest.mark.parametrize(("question", "asks"), [
+    ("What arguments does load_checkpoint take?", True),
+    ("Which parameters does model_engine.load_checkpoint accept?", True),
+    ("load_checkpoint 有哪些参数？", True),
+    ("What arguments does load_checkpoint take on a universal checkpoint?", False),  # a case of the user's
+    ("Does load_checkpoint take a tag argument?", False),  # one argument, asked about by name
+    ("What does load_checkpoint take?", False),  # no argument word: what it takes may be time, memory
+])
+def test_questions_asking_only_which_arguments_a_function_takes(question: str, asks: bool) -> None:
+    assert asked_what_arguments(question, LOAD) == (LOAD if asks else [])
