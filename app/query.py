@@ -219,7 +219,8 @@ def api_names_in(question: str, paths: Iterable[str], *, after_any_object: bool 
         names = ([last] if _API_NAME.match(last) else []) + [".".join(parts[i:]) for i in range(1, len(parts) - 1)]
         if path in question or (last in question and any(re.search(rf"{before}{re.escape(n)}(?![\w])", question) for n in names)):
             named.append(path)
-    return named
+    # a class named as the start of its method's name gives way to the method ("DeepSpeedEngine.step")
+    return [p for p in named if not any(other.startswith(f"{p}.") for other in named)]
 
 
 _ASKING = re.compile(r"[?？]|\b(?:what|how|why|when|where|which|who|whose|is|are|can|could|does|do|did|should|would|will|may|might|"

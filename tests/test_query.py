@@ -229,6 +229,9 @@ def test_a_method_is_named_after_the_users_own_object_only_when_asked_so() -> No
     assert api_names_in("model_engine.load_checkpoint(path)", LOAD) == []  # an API page's symbol needs its own name
     assert api_names_in("model_engine.load_checkpoint(path)", LOAD, after_any_object=True) == LOAD
     assert api_names_in("my_load_checkpoint()", LOAD, after_any_object=True) == []  # a name that only ends alike
+    engine_class = "deepspeed.runtime.engine.DeepSpeedEngine"  # a class named as the start of its method's name gives way
+    assert api_names_in("DeepSpeedEngine.load_checkpoint", [engine_class, *LOAD]) == LOAD
+    assert api_names_in("DeepSpeedEngine", [engine_class, *LOAD]) == [engine_class]
 
 
 @pytest.mark.parametrize(("question", "argument", "asks"), [
