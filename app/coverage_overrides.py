@@ -8,7 +8,9 @@ an entry of the index rather than by passages that happen to be close.
 - an API symbol asked the same way ("What does TiledLinear do?", "How do I use GatheredParameters?")
   with its API page among the passages (47 and 33 of 60 refused);
 - an API function or method asked what it returns ("What does deepspeed.initialize return?", "model_engine.
-  load_checkpoint 返回什么"): its section, the docstring's Returns section leading the answer (`api_returns_asked`);
+  load_checkpoint 返回什么"), which arguments it takes ("PipelineModule 有哪些参数？") or what one of them is ("What does
+  the config argument of deepspeed.initialize do?"): its section, with the docstring's Returns section, its signature
+  or the argument's line leading the answer (`api_line_asked`);
 - a docs page's title or a config section's name asked the same way ("How do I enable Domino?", "What is
   the elasticity config for?") with that page among the passages (16 and 25 of 72 titles refused);
 - a keyword search ("hostfile format", "ZeRO-Infinity") whose first passage holds every keyword (9 of 40);
