@@ -37,8 +37,7 @@ from app.answer_shapes import (
 )
 from app.coverage_overrides import (
     answered_anyway,
-    api_line_asked,
-    api_section_first,
+    api_line_first,
     cited_failure_first,
     key_entry_first,
     named_page_first,
@@ -189,12 +188,10 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     defined = asked if asks_only_what_key_is(request.question, asked) else []  # keys asked for nothing but what they are
     if defined and not named_first:
         result, named_first = key_entry_first(engine, result, defined, topic=request.topic, source=request.source)
-    # what an API function returns, or what one of its arguments is (before what the symbol is): its section first,
-    # the docstring's line the lead
-    symbol, api_line = ("", "") if (named_first and not named.api) or defined else api_line_asked(engine, request.question)
-    if symbol:
-        result, named_first = api_section_first(engine, result, symbol, topic=request.topic, source=request.source)
-        api_line = api_line if named_first else ""
+    api_line = ""  # what an API function returns or takes (before what it is): its section first, the line the lead
+    if not defined and not (named_first and not named.api):
+        result, api_line = api_line_first(engine, result, request.question, topic=request.topic, source=request.source)
+        named_first = named_first or bool(api_line)
     decided = decided or bool(api_line)
     if decided:  # a pasted message the installed deepspeed raises word for word: its raising line leads, covered or not
         raised = raised_message_line(engine, request.question, asked, pasted_only=True)

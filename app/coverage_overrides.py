@@ -233,12 +233,14 @@ def api_section_text(engine: Engine, symbol: str) -> str:
     return "\n".join(index.chunks[i].text for i in engine.api_sections.get(symbol, ()))
 
 
-def api_section_first(engine: Engine, result: SearchResult, symbol: str, *, topic: str | None = None,
-                      source: str | None = None) -> tuple[SearchResult, bool]:
-    """The passage of an API symbol's own section first (from the index when the search did not return it, unless
-    the request's filters leave the API pages out), and whether it is."""
-    first = _passage_first(engine, result, lambda c: c.source == "api" and c.heading == symbol, topic, source)
-    return (result, False) if first is None else (first, True)
+def api_line_first(engine: Engine, result: SearchResult, question: str, *, topic: str | None = None,
+                   source: str | None = None) -> tuple[SearchResult, str]:
+    """For a question `api_line_asked` reads: the passage of the symbol's own section first (from the index when the
+    search did not return it, unless the request's filters leave the API pages out) and the line that leads the
+    answer; else the result as it is and ""."""
+    symbol, line = api_line_asked(engine, question)
+    first = _passage_first(engine, result, lambda c: c.source == "api" and c.heading == symbol, topic, source) if symbol else None
+    return (result, "") if first is None else (first, line)
 
 
 def titled_pages_asked(engine: Engine, question: str) -> frozenset[str]:
