@@ -60,7 +60,7 @@ from app.query import (
 from app.retriever import Hit, SearchResult, matches_filter
 from indexer.documents import Chunk
 from indexer.known_causes import KNOWN_ERRORS_URL, read_known_causes
-from indexer.text_units import CATALOGUE_ENTRY, text_units
+from indexer.text_units import CATALOGUE_ENTRY, argument_unit, text_units
 from indexer.tokenize import term_set
 
 
@@ -211,9 +211,6 @@ def api_returns_asked(engine: Engine, question: str) -> tuple[str, str]:
     return "", ""
 
 
-_ARGUMENT_UNIT = re.compile(r"^`\*{0,2}(?P<name>[A-Za-z_]\w*)`(?: \([^)]*\)| \{[^}]*\})?: ")
-
-
 def api_argument_asked(engine: Engine, question: str) -> tuple[str, str]:
     """The API function or method whose argument a question asks nothing but what it is ("What does the config
     argument of deepspeed.initialize do?"), and that argument's line of its docstring (`text_units` reads one
@@ -221,9 +218,9 @@ def api_argument_asked(engine: Engine, question: str) -> tuple[str, str]:
     other question."""
     for symbol in api_names_in(question, engine.api_sections, after_any_object=True):
         for unit in text_units(api_section_text(engine, symbol)):
-            m = _ARGUMENT_UNIT.match(unit.text)
-            if m and m.group("name") in question and asks_what_argument_is(question, symbol, m.group("name")):
-                return symbol, f"`{symbol}({m.group('name')}=...)`{unit.text[unit.text.index('`', 1) + 1:]}"
+            arg = argument_unit(unit.text)
+            if arg and arg[0] in question and asks_what_argument_is(question, symbol, arg[0]):
+                return symbol, f"`{symbol}({arg[0]}=...)`{arg[1]}"
     return "", ""
 
 

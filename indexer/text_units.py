@@ -340,6 +340,16 @@ def bare_entry_key(unit: str) -> str | None:
     return m.group("key") if m else None
 
 
+_ARGUMENT_UNIT = re.compile(r"^`\*{0,2}(?P<name>[A-Za-z_]\w*)`(?: \([^)]*\)| \{[^}]*\})?: ")
+
+
+def argument_unit(unit: str) -> tuple[str, str] | None:
+    """(name, the rest after its name) of a docstring argument's unit as `text_units` writes one ("`tag` (str,
+    optional): Checkpoint tag ..." -> ("tag", " (str, optional): Checkpoint tag ...")); None for any other unit."""
+    m = _ARGUMENT_UNIT.match(unit)
+    return (m.group("name"), unit[unit.index("`", 1) + 1:]) if m else None
+
+
 def without_type_and_default(text: str, key: str) -> str:
     """`text` with the catalogue entry unit of `key` ("`a.b` (int, default 0): what it does", as `text_units`
     writes one) told without its type and default ("`a.b`: what it does"): for an answer whose Config line

@@ -42,7 +42,7 @@ from eval.answer_quality import (
 )
 from eval.question_set import load_question_set, split_of
 from indexer.documents import Chunk, Snippet
-from indexer.text_units import text_units, unit_table, without_type_and_default
+from indexer.text_units import argument_unit, text_units, unit_table, without_type_and_default
 from indexer.tokenize import tokenize
 
 
@@ -475,6 +475,10 @@ def test_a_docstring_argument_keeps_its_name_and_default() -> None:
     assert [u.text for u in text_units(spaced)] == [
         "`args`: an object with local_rank. Optional if `config` is passed.", "`config`: Optional: a path or a dictionary.",
         "`model`: Required: the module to wrap.", "Initialize the engine before training.", "Note: a lower-case line after prose is prose again."]
+    # an argument's unit gives its name and the rest, the way the API answers tell it with the call
+    assert argument_unit("`tag` (str, optional): Checkpoint tag.") == ("tag", " (str, optional): Checkpoint tag.")
+    assert argument_unit("`config`: Optional: a path or a dictionary.") == ("config", ": Optional: a path or a dictionary.")
+    assert argument_unit("Note: the `zero.Init` context partitions parameters.") is None
     # a caption is no answer: what a figure or table beside it shows
     assert text_units("Upper figure is vanilla TP, bottom is Domino.\n\nTable 2: Training throughput on 128 GPUs.") == []
     # nor an attribute field list (torch's nn.Module documents `training` so)
