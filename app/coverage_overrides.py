@@ -55,6 +55,7 @@ from app.query import (
     asks_what_argument_is,
     asks_whether_removed,
     is_keyword_query,
+    mentions_argument,
     titles_in,
 )
 from app.retriever import Hit, SearchResult, matches_filter
@@ -216,6 +217,8 @@ def api_argument_asked(engine: Engine, question: str) -> tuple[str, str]:
     argument of deepspeed.initialize do?"), and that argument's line of its docstring (`text_units` reads one
     whole), told with the call ("`deepspeed.initialize(config=...)`: Optional: Instead of ..."); ("", "") for any
     other question."""
+    if not mentions_argument(question):  # before the sections of the symbols it names are read into units
+        return "", ""
     for symbol in api_names_in(question, engine.api_sections, after_any_object=True):
         for unit in text_units(api_section_text(engine, symbol)):
             arg = argument_unit(unit.text)

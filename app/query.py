@@ -153,36 +153,44 @@ def asks_only_what_key_is(question: str, keys: list[str]) -> bool:
     return all(w in _DEFINING_EN for w in words)
 
 
+def _asks_only_about(text: str, symbols: list[str]) -> bool:
+    """Whether `text` (a question less the words of what it asks: return, argument, ...) asks nothing but what the API
+    `symbols` are (`asks_only_what_key_is`), once the user's own object before a method's name is set aside
+    ("model_engine.load_checkpoint")."""
+    for path in symbols:
+        text = re.sub(rf"[\w.]+\.(?={re.escape(path.rsplit('.', 1)[-1])}\b)", "", text)
+    return asks_only_what_key_is(text, symbols)
+
+
 # "What does X return?", "X 返回什么": what a docstring's Returns section answers
 _RETURNS = re.compile(r"\breturn(?:s|ed(?: by)?)?\b(?: values?)?|返回(?:值|的)?(?:是)?(?:什么|啥)?", re.I)
 
 
 def asked_what_returns(question: str, paths: Iterable[str]) -> list[str]:
     """The API symbols (of the dotted `paths`) a question names and asks nothing about but what they return ("What
-    does deepspeed.initialize return?", "engine.load_checkpoint 返回什么"): its words beside the return word are those
-    of a question asking only what the symbols are (`asks_only_what_key_is`); [] for any other question."""
+    does deepspeed.initialize return?", "engine.load_checkpoint 返回什么"); [] for any other question."""
     if not _RETURNS.search(question):
         return []
     symbols = api_names_in(question, paths, after_any_object=True)
-    text = _RETURNS.sub(" ", question)
-    for path in symbols:  # the user's own name of the object before a method's ("model_engine.load_checkpoint")
-        text = re.sub(rf"[\w.]+\.(?={re.escape(path.rsplit('.', 1)[-1])}\b)", "", text)
-    return symbols if asks_only_what_key_is(text, symbols) else []
+    return symbols if _asks_only_about(_RETURNS.sub(" ", question), symbols) else []
 
 
 # "What does the config argument of deepspeed.initialize do?", "init_inference 的 mp_size 参数是什么"
 _ARGUMENT_WORD = re.compile(r"\b(?:arguments?|args?|parameters?|params?|kwargs?|keyword)\b|参数", re.I)
 
 
+def mentions_argument(question: str) -> bool:
+    """Whether the question says argument (or parameter, kwarg, 参数): what a question about an argument must say."""
+    return _ARGUMENT_WORD.search(question) is not None
+
+
 def asks_what_argument_is(question: str, symbol: str, argument: str) -> bool:
     """Whether the question asks nothing but what `argument` of the API function or method `symbol` is or does: it
     says argument (or parameter, 参数), and its other words are those of a question asking only what the symbol is."""
-    if not _ARGUMENT_WORD.search(question):
+    if not mentions_argument(question):
         return False
     text = re.sub(rf"(?<![\w.]){re.escape(argument)}(?![\w])=?", " ", question)
-    text = _ARGUMENT_WORD.sub(" ", text)
-    text = re.sub(rf"[\w.]+\.(?={re.escape(symbol.rsplit('.', 1)[-1])}\b)", "", text)  # the user's own object before a method
-    return asks_only_what_key_is(text, [symbol])
+    return _asks_only_about(_ARGUMENT_WORD.sub(" ", text), [symbol])
 
 
 # "What arguments does deepspeed.initialize take?", "PipelineModule 有哪些参数": the signature answers
@@ -193,13 +201,10 @@ _ARGUMENTS_LISTED = re.compile(r"\b(?:what|which)(?: keyword)? (?:arguments|para
 def asked_what_arguments(question: str, paths: Iterable[str]) -> list[str]:
     """The API symbols (of the dotted `paths`) a question names and asks nothing about but which arguments they take
     ("What arguments does deepspeed.initialize take?", "PipelineModule 有哪些参数？"); [] for any other question."""
-    if not (_ARGUMENTS_LISTED.search(question) and _ARGUMENT_WORD.search(question)):
+    if not (_ARGUMENTS_LISTED.search(question) and mentions_argument(question)):
         return []
     symbols = api_names_in(question, paths, after_any_object=True)
-    text = _ARGUMENT_WORD.sub(" ", _ARGUMENTS_LISTED.sub(" ", question))
-    for path in symbols:  # the user's own object before a method's
-        text = re.sub(rf"[\w.]+\.(?={re.escape(path.rsplit('.', 1)[-1])}\b)", "", text)
-    return symbols if asks_only_what_key_is(text, symbols) else []
+    return symbols if _asks_only_about(_ARGUMENT_WORD.sub(" ", _ARGUMENTS_LISTED.sub(" ", question)), symbols) else []
 
 
 _API_NAME = re.compile(r"^(?:[A-Z][a-z0-9]+){2,}[A-Za-z0-9]*$|^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")  # TiledLinear, safe_get_full_grad
