@@ -59,6 +59,7 @@ from app.query import (
     titles_in,
 )
 from app.retriever import Hit, SearchResult, matches_filter
+from indexer.api_signatures import call_form
 from indexer.documents import Chunk
 from indexer.known_causes import KNOWN_ERRORS_URL, read_known_causes
 from indexer.text_units import CATALOGUE_ENTRY, argument_unit, text_units
@@ -189,7 +190,7 @@ def api_line_asked(engine: Engine, question: str) -> tuple[str, str]:
 
 def api_arguments_asked(engine: Engine, question: str) -> tuple[str, str]:
     """The API function, method or class a question asks nothing but which arguments it takes, and the line its
-    signature in the installed deepspeed gives ("`deepspeed.initialize` takes: `args`, `model`, ..."); ("", "") for
+    signature in the installed deepspeed gives, the defaults beside ("`deepspeed.initialize` takes: `args=None`, ..."); ("", "") for
     any other question or a symbol the index has no signature of."""
     index, _ = engine.require()
     for symbol in asked_what_arguments(question, engine.api_sections):
@@ -197,7 +198,7 @@ def api_arguments_asked(engine: Engine, question: str) -> tuple[str, str]:
         if sig is not None and sig.parameters:
             more = ", and any other keyword argument" if sig.any_keyword else ""
             version = index.manifest.get("deepspeed_version") or "the installed deepspeed"
-            return symbol, (f"`{symbol}` takes: {', '.join(f'`{p}`' for p in sig.parameters)}{more} "
+            return symbol, (f"`{symbol}` takes: {call_form(sig)}{more} "
                             f"(its signature in deepspeed {version}).")
     return "", ""
 

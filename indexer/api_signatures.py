@@ -25,6 +25,9 @@ class Signature:
     qualified: str  # deepspeed.runtime.engine.DeepSpeedEngine.save_checkpoint
     parameters: tuple[str, ...]  # the names a call may pass by keyword
     any_keyword: bool  # it takes **kwargs: every keyword is accepted
+    # the defaults of the parameters that have one, as written in a call (`default_text`); a parameter
+    # without an entry is required
+    defaults: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -40,12 +43,35 @@ def signature_of(obj: Any, qualified: str) -> Signature | None:
     params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.POSITIONAL_ONLY]
     if params and params[0].name in ("self", "cls") and not inspect.isclass(obj):
         params = params[1:]  # a method read from its class
-    named = tuple(p.name for p in params if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD))
-    return Signature(qualified, named, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params))
+    named = [p for p in params if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    defaults = tuple((p.name, default_text(p.default)) for p in named if p.default is not inspect.Parameter.empty)
+    return Signature(qualified, tuple(p.name for p in named), any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params),
+                     defaults)
+
+
+DEFAULT_CHARS = 40  # a longer default's text is shown as "..."
+
+
+def default_text(value: Any) -> str:
+    """A default as a reader writes it in a call: a plain value (None, a bool, a number, a short string, an
+    empty dict, list or tuple) as Python writes it; anything else ("<function checkpoint at 0x7f...>", an object, a long string) as "...",
+    which says only that the argument may be left out."""
+    if value is None or isinstance(value, bool | int | float | str) or (type(value) in (dict, list, tuple) and not value):
+        text = repr(value)
+        return text if len(text) <= DEFAULT_CHARS else "..."
+    return "..."
+
+
+def call_form(sig: Signature) -> str:
+    """The parameters as a call may pass them, the defaults beside the ones that have one:
+    "`save_dir`, `tag=None`, `client_state={}`"."""
+    defaults = dict(sig.defaults)
+    return ", ".join(f"`{p}={defaults[p]}`" if p in defaults else f"`{p}`" for p in sig.parameters)
 
 
 def write_signatures(path: Path, signatures: Iterable[Signature]) -> None:
-    rows = [{"qualified": s.qualified, "parameters": list(s.parameters), "any_keyword": s.any_keyword} for s in signatures]
+    rows = [{"qualified": s.qualified, "parameters": list(s.parameters), "any_keyword": s.any_keyword, "defaults": dict(s.defaults)}
+            for s in signatures]
     path.write_text(json.dumps(rows, indent=0), encoding="utf-8")
 
 
@@ -61,7 +87,8 @@ class ApiSignatures:
             return cls()
         by_name: dict[str, list[Signature]] = {}
         for row in json.loads(path.read_text(encoding="utf-8")):
-            sig = Signature(str(row["qualified"]), tuple(str(p) for p in row["parameters"]), bool(row["any_keyword"]))
+            defaults = tuple((str(k), str(v)) for k, v in row.get("defaults", {}).items())  # an index built before stop 63 has none
+            sig = Signature(str(row["qualified"]), tuple(str(p) for p in row["parameters"]), bool(row["any_keyword"]), defaults)
             by_name.setdefault(sig.name, []).append(sig)
         return cls({k: tuple(v) for k, v in by_name.items()})
 

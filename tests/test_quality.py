@@ -459,7 +459,14 @@ def test_asking_what_an_api_function_returns_or_takes_leads_with_its_docstring_o
         assert reply.covered and lines[0].startswith(lead) and lines[0].endswith("[1]"), reply.answer
     # asked which arguments it takes, its signature in the installed deepspeed answers first
     said = ask(engine, AskRequest(question="What arguments does deepspeed.initialize take?")).answer
-    assert said.startswith("`deepspeed.initialize` takes: `args`, `model`, `optimizer`, `model_parameters`,") and "`config`" in said.split("\n")[0]
+    assert said.startswith("`deepspeed.initialize` takes: `args=None`, `model=None`, `optimizer=None`, `model_parameters=None`,")
+    assert "`distributed_port=29500`" in said.split("\n")[0] and "`config=None`" in said.split("\n")[0]
+    # a required argument is named bare, one whose default is an object only says it may be left out
+    said = ask(engine, AskRequest(question="Which arguments does save_checkpoint take?")).answer
+    assert "save_checkpoint` takes: `save_dir`, `tag=None`, `client_state={}`, `save_latest=True`" in said.split("\n")[0], said
+    said = ask(engine, AskRequest(question="PipelineModule 有哪些参数？")).answer
+    takes = next(line for line in said.split("\n") if "PipelineModule` takes: `layers`, `num_stages=None`" in line)
+    assert "`activation_checkpoint_func=...`" in takes and "0x" not in takes
     labelled = [q.question for q in load_question_set()] + [u.question for u in load_unanswerable() + load_unanswerable(UNANSWERABLE_OUTSIDE)]
     assert not [q for q in labelled if api_line_asked(engine, q)[0]]
 

@@ -179,6 +179,40 @@ def test_signatures_are_read_from_the_installed_deepspeed() -> None:
     assert save.parameters[:2] == ("save_dir", "tag")  # a method's `self` is not an argument a caller passes
     assert by_name["deepspeed.init_inference"].any_keyword
     assert api_signatures({"deepspeed.no_such_function": None}) == []  # a symbol the installed deepspeed lacks
+    # the defaults as a call writes them; a required parameter has none
+    assert dict(save.defaults)["tag"] == "None" and "save_dir" not in dict(save.defaults)
+    assert dict(by_name["deepspeed.init_inference"].defaults) == {"config": "None"}
+
+
+def test_a_signature_table_keeps_its_defaults_and_shows_them_as_a_call_writes_them(tmp_path) -> None:
+    """Defaults that are plain values read as Python writes them; an object ("<function checkpoint at 0x7f...>")
+    or a long string only says the argument may be left out; a table written without defaults still reads."""
+    import datetime
+    import json
+
+    from indexer.api_signatures import (
+        ApiSignatures,
+        Signature,
+        call_form,
+        default_text,
+        signature_of,
+        write_signatures,
+    )
+
+    def f(save_dir, tag=None, state={}, fn=print, timeout=datetime.timedelta(minutes=30), name="pytorch_model.bin",  # noqa: B006
+          long="x" * 60, ratio=0.5, strict=True, **kwargs):
+        """a stand-in with one default of each kind"""
+
+    sig = signature_of(f, "deepspeed.f")
+    assert sig is not None and sig.any_keyword
+    assert call_form(sig) == ("`save_dir`, `tag=None`, `state={}`, `fn=...`, `timeout=...`, `name='pytorch_model.bin'`, "
+                              "`long=...`, `ratio=0.5`, `strict=True`")
+    assert default_text([1]) == "..." and default_text(()) == "()" and default_text(-1) == "-1"
+    write_signatures(tmp_path / "s.json", [sig])
+    assert ApiSignatures.read(tmp_path / "s.json").by_name["f"] == (sig,)
+    (tmp_path / "old.json").write_text(json.dumps([{"qualified": "deepspeed.g", "parameters": ["a"], "any_keyword": False}]))
+    assert call_form(ApiSignatures.read(tmp_path / "old.json").by_name["g"][0]) == "`a`"
+    assert Signature("deepspeed.h", ("a", "b"), False, (("b", "1"),)).defaults == (("b", "1"),)
 
 
 @pytest.mark.parametrize(("question", "asks"), [
