@@ -285,16 +285,48 @@ def _is_ask(sentence: str) -> bool:
 
 def split_question(question: str) -> QuestionParts:
     """The ask and its context. One-sentence questions, and ones where every sentence asks or none
-    does, are all ask."""
+    does, are all ask. A config block written inside the ask ("With {"zero_optimization": ...} how do I
+    save the weights?") is context: its keys would outweigh the few words that ask (`config_blocks`)."""
     parts = sentences(question)
-    if len(parts) <= 1:
-        return QuestionParts(ask=question.strip(), context="")
     flags = [_is_ask(s) for s in parts]
-    if all(flags) or not any(flags):
-        return QuestionParts(ask=question.strip(), context="")
-    ask = " ".join(s for s, f in zip(parts, flags, strict=True) if f)
-    context = " ".join(s for s, f in zip(parts, flags, strict=True) if not f)
+    if len(parts) <= 1 or all(flags) or not any(flags):
+        ask, context = question.strip(), ""
+    else:
+        ask = " ".join(s for s, f in zip(parts, flags, strict=True) if f)
+        context = " ".join(s for s, f in zip(parts, flags, strict=True) if not f)
+    blocks = config_blocks(ask)
+    if blocks:
+        pieces, at = [], 0
+        for start, end in blocks:
+            pieces.append(ask[at:start])
+            at = end
+        rest = " ".join("".join([*pieces, ask[at:]]).split())
+        if len(rest) >= MIN_ASK_CHARS:  # a block with "why?" after it stays the ask: the block is what is asked about
+            return QuestionParts(ask=rest, context=" ".join([context, *(ask[s:e] for s, e in blocks)]).strip())
     return QuestionParts(ask=ask, context=context)
+
+
+MIN_ASK_CHARS = 12  # what is left of an ask without its config blocks, for the blocks to go to the context
+_BLOCK_KEY = re.compile(r"""["'][A-Za-z_][\w.-]*["']\s*:""")  # a quoted key and its colon: JSON or a Python dict
+
+
+def config_blocks(text: str) -> list[tuple[int, int]]:
+    """The (start, end) of each outermost brace block that writes quoted keys (a JSON config or a Python
+    dict), in order; an unclosed block runs to the end of the text."""
+    spans: list[tuple[int, int]] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        if ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                spans.append((start, i + 1))
+    if depth:
+        spans.append((start, len(text)))
+    return [(s, e) for s, e in spans if _BLOCK_KEY.search(text, s, e)]
 
 
 _SETTING = re.compile(r'"([A-Za-z_][\w-]*)"\s*:|(?<![\w-])--([A-Za-z][\w-]*)|[(,]\s*([A-Za-z_]\w*)\s*=(?!=)')

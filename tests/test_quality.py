@@ -410,6 +410,17 @@ def test_asking_how_to_set_a_key_shows_where_it_goes_in_the_config(engine) -> No
     assert "In the DeepSpeed config" not in ask(engine, AskRequest(question="What does overlap_comm do?")).answer
 
 
+def test_a_config_block_inside_the_ask_does_not_outweigh_what_it_asks(engine) -> None:
+    """Searched with the block's keys as the ask, "how do I save the full model weights?" ranked ZeRO-3's
+    "Extracting weights" below five pages about the block's bf16 and offload keys; with the block as context it is
+    in the first passages, as when the same block is written as a sentence of its own."""
+    block = '{"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}, "bf16": {"enabled": true}}'
+    for question in (f"With {block} how do I save the full model weights?", f"My config is {block}. How do I save the full model weights?"):
+        reply = ask(engine, AskRequest(question=question))
+        assert "Extracting weights" in [p.heading for p in reply.passages[:3]], question
+        assert reply.answer.startswith("Your config passes deepspeed")  # the validator's word on the block still leads
+
+
 def test_asking_what_an_api_symbol_does_is_never_refused(engine) -> None:
     """Every API symbol with a distinctive name (CamelCase or snake_case), asked tersely: the coverage
     decision alone refused 47 of 60 "What does <name> do?" (DeepSpeedCPUAdam, GatheredParameters) while

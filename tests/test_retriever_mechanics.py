@@ -62,6 +62,24 @@ def test_split_question_separates_the_ask_from_the_story() -> None:
     zh = split_question("我们用 8 张 A100 训练。怎么开启 ZeRO-3 的 offload？")
     assert zh.ask.startswith("怎么") and "A100" in zh.context
     assert identifiers("set overlap_comm and deepspeed.zero.Init, not ZeRO") == {"overlap_comm", "deepspeed.zero.init", "zero.init"}
+
+
+def test_a_config_block_written_inside_the_ask_is_context() -> None:
+    """Its keys would outweigh the few words that ask: "With {...} how do I save the weights?" searched on the block
+    ranked the page that says how below five config pages; written as a sentence of its own, the same block was context."""
+    block = '{"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}, "bf16": {"enabled": true}}'
+    parts = split_question(f"With {block} how do I save the full model weights?")
+    assert parts.ask == "With how do I save the full model weights?" and parts.context == block
+    zh = split_question(f"用 {block} 的时候怎么保存完整的模型权重？")
+    assert zh.ask == "用 的时候怎么保存完整的模型权重？" and zh.context == block
+    story = split_question(f"My config is {block}. Training is slow. How do I save the weights?")
+    assert story.ask == "How do I save the weights?" and block in story.context  # a block of the story stays where it is
+    two = split_question("Is {'stage': 3} or {'stage': 2} faster for a 7B model?")  # a Python dict too, every block
+    assert two.ask == "Is or faster for a 7B model?" and two.context == "{'stage': 3} {'stage': 2}"
+    assert split_question(f"{block} why?").ask == f"{block} why?"  # too little else: the block is what is asked about
+    assert split_question("How do I write {placeholders} in a path?").context == ""  # braces without keys are words
+    cut = split_question('How do I fix this config {"fp16": {"enabled": true')  # pasted without its end
+    assert cut.ask == "How do I fix this config" and cut.context.startswith('{"fp16"')
     # the path is what the text names, not its segments the tokenizer also gives
     assert identifiers("set zero_optimization.overlap_comm") == {"zero_optimization.overlap_comm"}
 
