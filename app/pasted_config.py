@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from app.query import block_end
 from indexer.config_check import ValidationResult, validate_config
 
 log = logging.getLogger(__name__)
@@ -55,25 +56,13 @@ def _read_object(text: str, start: int) -> tuple[Any, int]:
         return json.JSONDecoder().raw_decode(text, start)
     except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         pass
-    depth, quote = 0, ""
-    for end in range(start, len(text)):
-        ch = text[end]
-        if quote:
-            quote = "" if ch == quote and text[end - 1] != "\\" else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                body = text[start:end + 1]
-                for parse in (ast.literal_eval, lambda s: json.loads(_TRAILING_COMMA.sub(r"\1", s))):
-                    try:
-                        return parse(body), end + 1
-                    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-                        continue
-                break
+    end = block_end(text, start)
+    if end is not None:
+        for parse in (ast.literal_eval, lambda s: json.loads(_TRAILING_COMMA.sub(r"\1", s))):
+            try:
+                return parse(text[start:end]), end
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
     return None, start + 1
 
 

@@ -314,19 +314,31 @@ def config_blocks(text: str) -> list[tuple[int, int]]:
     """The (start, end) of each outermost brace block that writes quoted keys (a JSON config or a Python
     dict), in order; an unclosed block runs to the end of the text."""
     spans: list[tuple[int, int]] = []
-    depth, start = 0, 0
-    for i, ch in enumerate(text):
-        if ch == "{":
-            if depth == 0:
-                start = i
+    at = text.find("{")
+    while at != -1:
+        end = block_end(text, at)
+        spans.append((at, len(text) if end is None else end))
+        at = -1 if end is None else text.find("{", end)
+    return [(s, e) for s, e in spans if _BLOCK_KEY.search(text, s, e)]
+
+
+def block_end(text: str, start: int) -> int | None:
+    """Where the brace block opening at `start` ends (just after its closing brace; braces inside quoted
+    strings do not count), or None when the text ends first."""
+    depth, quote = 0, ""
+    for end in range(start, len(text)):
+        ch = text[end]
+        if quote:
+            quote = "" if ch == quote and text[end - 1] != "\\" else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "{":
             depth += 1
-        elif ch == "}" and depth:
+        elif ch == "}":
             depth -= 1
             if depth == 0:
-                spans.append((start, i + 1))
-    if depth:
-        spans.append((start, len(text)))
-    return [(s, e) for s, e in spans if _BLOCK_KEY.search(text, s, e)]
+                return end + 1
+    return None
 
 
 _SETTING = re.compile(r'"([A-Za-z_][\w-]*)"\s*:|(?<![\w-])--([A-Za-z][\w-]*)|[(,]\s*([A-Za-z_]\w*)\s*=(?!=)')
