@@ -8,6 +8,7 @@ text quotes in prose, else the last line that says something failed. Pure functi
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 MAX_LOG_CHARS = 200_000  # the tail that is read; errors are at the end of a log
 MAX_MESSAGE_CHARS = 2_000  # of the error message matched against the catalogue
@@ -45,7 +46,12 @@ _LOCALISED_RE = re.compile("|".join(map(re.escape, _LOCALISED)))
 def clean_log(log: str) -> str:
     """The log's bounded tail without ANSI colours and `[rank3]:` prefixes, with the shell's and the C
     library's Chinese-locale messages in English."""
-    text = _RANK.sub("", _ANSI.sub("", log[-MAX_LOG_CHARS:]))
+    return _clean_tail(log[-MAX_LOG_CHARS:])
+
+
+@lru_cache(maxsize=8)  # an error question is read by the pasted-error rules and then by the doctor: cleaned once
+def _clean_tail(tail: str) -> str:
+    text = _RANK.sub("", _ANSI.sub("", tail))
     return _LOCALISED_RE.sub(lambda m: _LOCALISED[m.group(0)], text)
 
 
