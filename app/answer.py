@@ -108,6 +108,7 @@ UNIT_FEATURES: tuple[str, ...] = (
     "lexical_rank",  # 1 / (1 + rank by term share)
     "passage_gap",  # the passage's ranking score minus the best of the candidates' passages: how close a second one runs
     "seen",  # the best cosine with a remembered question this unit answered, less the floor (`ChunkMemory.seen_units`)
+    "focus",  # share of the unit's words the ask holds (`focus`): how much of it is about what was asked
 )
 
 
@@ -122,6 +123,7 @@ def unit_features(ask: str, cands: list[Candidate], similarities: np.ndarray,
     """One row of UNIT_FEATURES per candidate unit. `seen`: the question's `SearchResult.seen_units`."""
     lexical = unit_scores(ask, cands, None, rank_step=0.0, mismatch_penalty=0.0)
     idents = set(identifiers(ask))
+    asked = frozenset(_WORD.findall(ask.lower())) - STOPWORDS
     rows = np.zeros((len(cands), len(UNIT_FEATURES)))
     if not cands:
         return rows
@@ -142,7 +144,20 @@ def unit_features(ask: str, cands: list[Candidate], similarities: np.ndarray,
         rows[i, 8] = i == 0 or cands[i - 1].source.n != c.source.n or cands[i - 1].unit.block != c.unit.block
         rows[i, 11] = c.source.score - top
         rows[i, 12] = seen.get(chunk_key(text), 0.0) if seen else 0.0
+        rows[i, 13] = focus(asked, text)
     return rows
+
+
+_WORD = re.compile(r"[a-z0-9_]+")
+
+
+def focus(asked: frozenset[str], text: str) -> float:
+    """The share of a text's words (lowercased, stopwords out, a repeated word counted each time) that are among
+    `asked`, the ask's words: where `lexical` asks how much of the question a unit holds, this asks how much of
+    the unit is about the question (a sentence on the asked key against a long one that names it in passing).
+    Unstemmed words: the tokenizer's stemmed and expanded sets measured 6 tune answers less in cross-validation."""
+    words = [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    return sum(w in asked for w in words) / max(len(words), 1)
 
 
 def load_unit_model(path: Path = UNIT_MODEL_FILE) -> LinearModel | None:
