@@ -55,6 +55,7 @@ COVERAGE_FEATURES: tuple[str, ...] = (
     "plan_or_figure",  # asks for a plan, an expected figure or others' experience (`app.query.asks_plan_or_figure`)
     "refused_leaning",  # how much the question leans toward the kinds the docs do not answer (`RefusalMemory.leaning`)
     "refused_wording",  # how much its ask's words lean that way (`app/wording_probe.py`)
+    "other_library",  # names another framework and nothing of DeepSpeed's (`app.query.asks_other_library`)
 )
 
 
@@ -93,6 +94,7 @@ def coverage_features(q: QuerySignals, candidate_cos: np.ndarray, top: list[int]
         float(q.plan_or_figure),
         np.nan if q.refused_leaning is None else q.refused_leaning,
         np.nan if q.refused_wording is None else q.refused_wording,
+        float(q.other_library),
     ], dtype=np.float64)
 
 

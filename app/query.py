@@ -60,6 +60,20 @@ def asks_plan_or_figure(question: str) -> bool:
     return bool(_PLAN_OR_FIGURE.search(question))
 
 
+# frameworks beside DeepSpeed whose own options and internals a question may ask about ("accelerate launch
+# num_processes", "How does bitsandbytes' 8-bit AdamW store its state?"). Not named here: ones the DeepSpeed docs
+# teach with it (Megatron, Lightning, transformers, wandb, Slurm) and DeepSpeed's own words ("accelerator").
+_OTHER_LIBRARY = re.compile(r"\b(accelerate|colossal-?ai|fsdp|bitsandbytes|bnb|vllm|xtuner|llama-?factory|peft|trl|horovod|fairscale|"
+                            r"jax|tensorflow|keras|pandas|sglang|tensorrt-llm|nemo|axolotl|unsloth|torchtitan)\b", re.IGNORECASE)
+_DEEPSPEED_NAMED = re.compile(r"deepspeed|zero|ds_config", re.IGNORECASE)
+
+
+def asks_other_library(question: str) -> bool:
+    """Whether the question names another training or serving framework and nothing of DeepSpeed's (2 of the 374
+    answerable tune questions do, 26 of the 42 tune ones about other libraries that the docs do not answer)."""
+    return bool(_OTHER_LIBRARY.search(question)) and not _DEEPSPEED_NAMED.search(question)
+
+
 # which release first had a feature: release notes say that, the docs seldom do
 _FIRST_RELEASE = re.compile(
     r"\b(which|what) (deepspeed |ds )?(version|release)s?\b.{0,40}\b(introduc|add|ship|land|support|start|first|began|br(ing|ought)|got)"

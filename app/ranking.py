@@ -88,6 +88,7 @@ class QuerySignals:
     unknowable: bool = False  # asks for a date, price, opinion or measured number (`app.query.asks_unknowable`)
     plan_or_figure: bool = False  # asks for a plan, an expected figure or others' experience (`app.query.asks_plan_or_figure`)
     first_release: bool = False  # asks which release first had a feature (`app.query.asks_first_release`)
+    other_library: bool = False  # names another framework and nothing of DeepSpeed's (`app.query.asks_other_library`)
     unknown_settings: tuple[str, ...] = ()  # config keys, CLI flags or keyword arguments written out that no chunk or heading names (`app.query.settings_named`)
     unaccepted_arguments: tuple[tuple[str, str], ...] = ()  # (function, keyword): an argument passed that the installed function does not take (`indexer/api_signatures.py`)
     unseen_terms: int = 0  # how many of the ask's terms no chunk's text or heading holds

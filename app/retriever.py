@@ -28,6 +28,7 @@ from app.linear_model import LinearModel
 from app.passages import PassageSpans, section_of
 from app.query import (
     asks_first_release,
+    asks_other_library,
     asks_plan_or_figure,
     asks_unknowable,
     coverage_group,
@@ -218,6 +219,7 @@ class HybridRetriever:
             unknowable=asks_unknowable(question),
             plan_or_figure=asks_plan_or_figure(question),
             first_release=asks_first_release(question),
+            other_library=asks_other_library(question),
             unknown_settings=tuple(dict.fromkeys(n for n in settings_named(question) if not self.knows_setting(n))),
             unaccepted_arguments=self.unaccepted_arguments(question),
             unseen_terms=sum(1 for t in ask_terms if not self.feature_table.knows(t)),

@@ -11,6 +11,7 @@ from app.query import (
     asked_what_returns,
     asks_first_release,
     asks_only_what_key_is,
+    asks_other_library,
     asks_plan_or_figure,
     asks_what_argument_is,
     coverage_group,
@@ -120,6 +121,21 @@ def test_asks_first_release(question: str, asks: bool) -> None:
 ])
 def test_asks_plan_or_figure(question: str, asks: bool) -> None:
     assert asks_plan_or_figure(question) is asks
+
+
+@pytest.mark.parametrize(("question", "asks"), [
+    ("accelerate launch num_processes", True),
+    ("How does bitsandbytes' 8-bit AdamW store the optimizer state?", True),
+    ("vllm 怎么开张量并行", True),
+    ("Does FSDP's HYBRID_SHARD keep a full replica per node?", True),
+    ("How do I use DeepSpeed with accelerate and a DeepSpeedPlugin?", False),  # DeepSpeed named: about it
+    ("FSDP vs ZeRO-3: which shards optimizer state?", False),
+    ("add support for new accelerator", False),  # DeepSpeed's accelerator abstraction, not HF accelerate
+    ("How do I convert a Megatron-LM checkpoint for inference?", False),  # the docs teach Megatron with DeepSpeed
+    ("How do I log to wandb?", False),
+])
+def test_asks_other_library(question: str, asks: bool) -> None:
+    assert asks_other_library(question) is asks
 
 
 def test_settings_named_reads_config_keys_and_flags() -> None:
