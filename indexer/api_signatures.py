@@ -1,11 +1,12 @@
-"""Which keyword arguments the installed deepspeed's public functions take.
+"""Which keyword arguments the installed deepspeed's public functions take, and their defaults.
 
 A question that passes an argument the function never had (`deepspeed.initialize(..., seed=1234)`,
 `engine.save_checkpoint(dir, tag, tokenizer=tok)`) asks about something the docs cannot cover, and the
 one true answer is that the installed deepspeed has no such argument. The table is read with `inspect`
 from the members the API pages document (`indexer/package_source.api_signatures`: the functions, the
 classes' constructors and their listed methods) when the index is built, and is stored in the index as
-SIGNATURES_FILE, so the search needs no deepspeed import.
+SIGNATURES_FILE, so the search needs no deepspeed import. A question asking which arguments a function
+takes is answered with them in call form, each default beside its name (`call_form`).
 """
 
 from __future__ import annotations
