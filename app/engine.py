@@ -30,7 +30,6 @@ from app.ranking import load_ranker
 from app.refusal_memory import RefusalMemory, load_refusal_memory
 from app.retriever import HybridRetriever, RetrievalOptions, Retriever
 from app.settings import Settings
-from indexer.config_check import validate_config
 from indexer.documents import Snippet
 from indexer.embedder import Embedder, make_embedder
 from indexer.onnx_encoder import ENCODER_DIR, INT8_FILE, MODEL_FILE, OnnxEmbedder, has_encoder
@@ -65,8 +64,7 @@ class Engine:
 
     def warm(self) -> None:
         """What the first questions would compute for the chunks they rank and the units they quote,
-        computed now: a server calls it before it says ready (about a second on 2 cores, and 1.4 s more for
-        deepspeed's config parser)."""
+        computed now: a server calls it before it says ready (about a second on 2 cores)."""
         if self.index is None:
             return
         if isinstance(self.retriever, HybridRetriever):
@@ -76,7 +74,6 @@ class Engine:
         warm_units(u.text for units in self.index.units for u in units)
         _ = self.config_facts, self.config_docs, self.config_top_keys
         warm_catalogue(self.index.path)  # a pasted error's raising line (`coverage_overrides.raised_message_line`)
-        validate_config({"train_batch_size": 1})  # a pasted config's check imports deepspeed's parser: 1.4 s on the first one
 
     def _read_config(self, read: Callable[[str], dict[str, T]]) -> dict[str, T]:
         """One reading of every config passage of the index, merged by key."""
