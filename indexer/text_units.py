@@ -81,7 +81,6 @@ _CAPTION = re.compile(r"^(?:figure|fig\.|image:)|^(?:the\s+)?(?:upper|lower|top|
                       r"(?:figure|image|plot|panel|chart|graph|table)\b|^table\s*\d+\s*[:.]", re.I)
 
 
-_SIGN_OFF = re.compile(r"^(?:congratulations[!,.]?\s*)?you have (?:now |successfully )?completed\b", re.I)
 _NAMED_FIRST = re.compile(r"^`?[\w.]+`?:\s+(?=api `)")
 
 
@@ -92,8 +91,6 @@ def _drop(unit: str) -> bool:
     low = _NAMED_FIRST.sub("", unit.lower())  # a member's name line joined to its stub ("`a.b.step`: API `a.b.step` in ...")
     # ":ivar training: ..." / ":vartype ...": a reST field list of attributes (torch's nn.Module one), not prose
     if " at 0x" in unit or "<function" in unit or low.startswith(("api `", "signature:", ":ivar ", ":vartype ")) or _CAPTION.match(unit):
-        return True
-    if _SIGN_OFF.match(unit):  # "You have completed the ZeRO-Offload tutorial.": a tutorial's last line answers nothing
         return True
     bare = _CODE_SPAN.sub("", unit)  # quotes inside `code` are a value named, not JSON
     if bare.count('"') >= 4 or ("{" in bare and '":' in bare):  # JSON outside a fence

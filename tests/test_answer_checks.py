@@ -481,9 +481,6 @@ def test_a_docstring_argument_keeps_its_name_and_default() -> None:
     assert argument_unit("Note: the `zero.Init` context partitions parameters.") is None
     # a caption is no answer: what a figure or table beside it shows
     assert text_units("Upper figure is vanilla TP, bottom is Domino.\n\nTable 2: Training throughput on 128 GPUs.") == []
-    # nor a tutorial's sign-off ("You have completed the ZeRO-Offload tutorial." was quoted for an offload question)
-    assert [u.text for u in text_units("Run it with two GPUs.\n\nYou have completed the ZeRO-Offload tutorial.\n\n"
-                                       "Congratulations! You have now completed the MoE tutorial.")] == ["Run it with two GPUs."]
     # nor an attribute field list (torch's nn.Module documents `training` so)
     assert text_units(":ivar training: Boolean represents whether this module is in training or evaluation mode. :vartype training: bool.") == []
     # "name: what" outside an argument list is prose as before, and reST's ``literal`` reads as `code`
