@@ -6,13 +6,15 @@ one true answer is that the installed deepspeed has no such argument. The table 
 from the members the API pages document (`indexer/package_source.api_signatures`: the functions, the
 classes' constructors and their listed methods) when the index is built, and is stored in the index as
 SIGNATURES_FILE, so the search needs no deepspeed import. A question asking which arguments a function
-takes is answered with them in call form, each default beside its name (`call_form`).
+takes is answered with them in call form, each type and default beside its name (`call_form`).
 """
 
 from __future__ import annotations
 
+import enum
 import inspect
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,8 @@ class Signature:
     # the defaults of the parameters that have one, as written in a call (`default_text`); a parameter
     # without an entry is required
     defaults: tuple[tuple[str, str], ...] = ()
+    # the annotated types that say something short (`annotation_text`): "int", "Optional[str]"
+    annotations: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -46,8 +50,9 @@ def signature_of(obj: Any, qualified: str) -> Signature | None:
         params = params[1:]  # a method read from its class
     named = [p for p in params if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
     defaults = tuple((p.name, default_text(p.default)) for p in named if p.default is not inspect.Parameter.empty)
+    annotations = tuple((p.name, text) for p in named if (text := annotation_text(p.annotation)))
     return Signature(qualified, tuple(p.name for p in named), any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params),
-                     defaults)
+                     defaults, annotations)
 
 
 DEFAULT_CHARS = 40  # a longer default's text is shown as "..."
@@ -55,23 +60,48 @@ DEFAULT_CHARS = 40  # a longer default's text is shown as "..."
 
 def default_text(value: Any) -> str:
     """A default as a reader writes it in a call: a plain value (None, a bool, a number, a short string, an
-    empty dict, list or tuple) as Python writes it; anything else ("<function checkpoint at 0x7f...>", an object, a long string) as "...",
-    which says only that the argument may be left out."""
+    empty dict, list or tuple) as Python writes it, an enum's member by its class and name (`OffloadDeviceEnum.cpu`, never
+    its repr "<OffloadDeviceEnum.cpu: 'cpu'>"); anything else ("<function checkpoint at 0x7f...>", an object, a long string)
+    as "...", which says only that the argument may be left out."""
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
     if value is None or isinstance(value, bool | int | float | str) or (type(value) in (dict, list, tuple) and not value):
         text = repr(value)
         return text if len(text) <= DEFAULT_CHARS else "..."
     return "..."
 
 
+ANNOTATION_CHARS = 30  # a longer type ("Union[Optimizer, Callable[[Union[Iterable[Parameter], ...") is left out
+_MODULE_PATH = re.compile(r"\b(?:[A-Za-z_][A-Za-z0-9_]*\.)+(?=[A-Za-z_])")  # "torch.nn.modules.module." of a class's name
+_SAYS_NOTHING = frozenset({"Any", "object"})
+
+
+def annotation_text(annotation: Any) -> str:
+    """A parameter's annotated type as a reader writes it, classes by their own names ("Module", "Optional[str]",
+    "int"); "" for none, for `Any`, and for a type longer than ANNOTATION_CHARS (its full form is on the API page)."""
+    if annotation is inspect.Parameter.empty:
+        return ""
+    text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+    text = _MODULE_PATH.sub("", text.replace("NoneType", "None")).strip()
+    return "" if text in _SAYS_NOTHING or len(text) > ANNOTATION_CHARS else text
+
+
 def call_form(sig: Signature) -> str:
-    """The parameters as a call may pass them, the defaults beside the ones that have one:
-    "`save_dir`, `tag=None`, `client_state={}`"."""
-    defaults = dict(sig.defaults)
-    return ", ".join(f"`{p}={defaults[p]}`" if p in defaults else f"`{p}`" for p in sig.parameters)
+    """The parameters as a call may pass them, the type and the default beside the ones that have one:
+    "`save_dir`, `tag=None`, `distributed_port: int = 29500`" (PEP 8's spacing once a type is written)."""
+    defaults, types = dict(sig.defaults), dict(sig.annotations)
+
+    def one(p: str) -> str:
+        if p in types:
+            return f"`{p}: {types[p]} = {defaults[p]}`" if p in defaults else f"`{p}: {types[p]}`"
+        return f"`{p}={defaults[p]}`" if p in defaults else f"`{p}`"
+
+    return ", ".join(one(p) for p in sig.parameters)
 
 
 def write_signatures(path: Path, signatures: Iterable[Signature]) -> None:
-    rows = [{"qualified": s.qualified, "parameters": list(s.parameters), "any_keyword": s.any_keyword, "defaults": dict(s.defaults)}
+    rows = [{"qualified": s.qualified, "parameters": list(s.parameters), "any_keyword": s.any_keyword, "defaults": dict(s.defaults),
+             "annotations": dict(s.annotations)}
             for s in signatures]
     path.write_text(json.dumps(rows, indent=0), encoding="utf-8")
 
@@ -88,8 +118,11 @@ class ApiSignatures:
             return cls()
         by_name: dict[str, list[Signature]] = {}
         for row in json.loads(path.read_text(encoding="utf-8")):
-            defaults = tuple((str(k), str(v)) for k, v in row.get("defaults", {}).items())  # an index built before stop 63 has none
-            sig = Signature(str(row["qualified"]), tuple(str(p) for p in row["parameters"]), bool(row["any_keyword"]), defaults)
+            # an index built before stop 63 has no defaults, before stop 64 no annotations
+            defaults = tuple((str(k), str(v)) for k, v in row.get("defaults", {}).items())
+            annotations = tuple((str(k), str(v)) for k, v in row.get("annotations", {}).items())
+            sig = Signature(str(row["qualified"]), tuple(str(p) for p in row["parameters"]), bool(row["any_keyword"]), defaults,
+                            annotations)
             by_name.setdefault(sig.name, []).append(sig)
         return cls({k: tuple(v) for k, v in by_name.items()})
 

@@ -470,8 +470,9 @@ def test_asking_what_an_api_function_returns_or_takes_leads_with_its_docstring_o
         assert reply.covered and lines[0].startswith(lead) and lines[0].endswith("[1]"), reply.answer
     # asked which arguments it takes, its signature in the installed deepspeed answers first
     said = ask(engine, AskRequest(question="What arguments does deepspeed.initialize take?")).answer
-    assert said.startswith("`deepspeed.initialize` takes: `args=None`, `model=None`, `optimizer=None`, `model_parameters=None`,")
-    assert "`distributed_port=29500`" in said.split("\n")[0] and "`config=None`" in said.split("\n")[0]
+    assert said.startswith("`deepspeed.initialize` takes: `args=None`, `model: Module = None`, `optimizer=None`, "
+                           "`model_parameters: Optional[Module] = None`,"), said  # a short annotated type beside its name
+    assert "`distributed_port: int = 29500`" in said.split("\n")[0] and "`config=None`" in said.split("\n")[0]
     # a required argument is named bare, one whose default is an object only says it may be left out
     said = ask(engine, AskRequest(question="Which arguments does save_checkpoint take?")).answer
     assert "save_checkpoint` takes: `save_dir`, `tag=None`, `client_state={}`, `save_latest=True`" in said.split("\n")[0], said

@@ -231,6 +231,32 @@ def test_a_signature_table_keeps_its_defaults_and_shows_them_as_a_call_writes_th
     assert Signature("deepspeed.h", ("a", "b"), False, (("b", "1"),)).defaults == (("b", "1"),)
 
 
+def test_a_signature_shows_short_types_by_their_own_names_and_enum_defaults_by_member(tmp_path) -> None:
+    """A type reads as a reader writes it (no module path, None for NoneType), PEP 8's spacing once one is written;
+    `Any` and a type too long for a line are left out; an enum default is its class and member, never its repr."""
+    import datetime
+    import enum
+    from collections.abc import Callable
+    from typing import Any
+
+    from indexer.api_signatures import ApiSignatures, call_form, signature_of, write_signatures
+
+    class Device(str, enum.Enum):  # noqa: UP042 (as deepspeed's OffloadDeviceEnum is written)
+        cpu = "cpu"
+
+    def f(model: datetime.timedelta, port: int = 29500, backend: str | None = None, device: Device = Device.cpu,
+          anything: Any = None, long: Callable[[int, str, float], datetime.timedelta] | list[datetime.date] | None = None,
+          plain=1):
+        """a stand-in with one annotation of each kind"""
+
+    sig = signature_of(f, "deepspeed.f")
+    assert sig is not None
+    assert call_form(sig) == ("`model: timedelta`, `port: int = 29500`, `backend: str | None = None`, "
+                              "`device: Device = Device.cpu`, `anything=None`, `long=None`, `plain=1`")
+    write_signatures(tmp_path / "s.json", [sig])
+    assert ApiSignatures.read(tmp_path / "s.json").by_name["f"] == (sig,)
+
+
 @pytest.mark.parametrize(("question", "asks"), [
     ("Was the elasticity config block removed from DeepSpeed?", True),
     ("Is zero_optimization.cpu_offload deprecated?", True),
