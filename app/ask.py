@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import difflib
 import logging
-import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,11 +46,12 @@ from app.coverage_overrides import (
 from app.engine import Engine
 from app.errors import UpstreamFailed
 from app.glossary import Glossary, has_cjk
+from app.installed_mismatch import unaccepted_line, unknown_line, version_notes
 from app.llm_client import Numbered, citation_problem, messages_for
 from app.pasted_config import config_check_line, pasted_config
 from app.query import QUESTION_WORDS_ZH, asks_only_what_key_is, split_question
 from app.query_adapter import QueryAdapter
-from app.retriever import Hit, SearchResult
+from app.retriever import SearchResult
 from app.schemas import AskRequest, AskResponse, Passage, SnippetOut
 from indexer.documents import Snippet
 from indexer.snippet_status import CHECKED, LABELS, RAN, SHOW_ORDER, verdict
@@ -78,46 +77,6 @@ def snippet_out(s: Snippet, run: dict[str, Any] | None = None) -> SnippetOut:
 def best_snippets(snippets: list[SnippetOut], n: int) -> list[SnippetOut]:
     """The n snippets most worth showing: ran, then checked, then the rest, in retrieval order."""
     return sorted(snippets, key=lambda s: SHOW_ORDER.get(s.status, 3))[:n]
-
-
-_POINTER = re.compile(r"^/[\w/]*:\s*")
-_NAMED = re.compile(r"'([A-Za-z_][\w.]*)'|\b([a-z]+(?:_[a-z0-9]+)+)\b|\b(deepspeed(?:\.\w+)+)")
-_CHOICES = re.compile(r"\[[^\]]*\]")  # "one of [...]": the valid choices, not what failed
-
-
-def _squash(text: str) -> str:
-    """Letters and digits only, with "one" and "zero" as digits: 'OneBitAdam' is the "1-bit Adam" a question
-    names, 'ZeroOneAdam' its "0/1 Adam"."""
-    return re.sub(r"[^a-z0-9]", "", text.lower()).replace("one", "1").replace("zero", "0")
-
-
-def version_notes(stale: dict[str, Snippet], hits: list[Hit], answer: str, question: str) -> str:
-    """Warn when a passage the answer cites shows code the installed deepspeed rejects, and only when
-    the question names what that code fails on (a key, an optimizer, a module; not the valid choices a
-    reason lists in brackets). Pages failing for the same reason share one note."""
-    cited = {int(n) for n in re.findall(r"\[(\d+)\]", answer)}
-    asked = _squash(question)
-    reasons: dict[str, list[int]] = {}
-    version = ""
-    seen: set[str] = set()
-    for n, hit in enumerate(hits, 1):
-        bad = stale.get(hit.chunk.path)
-        if bad is None or n not in cited or hit.chunk.path in seen:
-            continue
-        reason = _POINTER.sub("", bad.reason).strip()
-        reason = reason if reason.endswith((".", "!", "?")) else reason + "."
-        failing = _CHOICES.sub("", bad.reason)
-        named = [part for m in _NAMED.finditer(failing) for part in m.groups() if part]
-        keys = {_squash(n) for n in named} | {_squash(n.split(".")[-1]) for n in named}
-        if not any(key and key in asked for key in keys):
-            continue
-        seen.add(hit.chunk.path)
-        reasons.setdefault(reason, []).append(n)
-        version = bad.checked_with
-    notes = [f"Heads-up: {'an example' if len(ns) == 1 else 'examples'} on {'that page' if len(ns) == 1 else 'those pages'} no longer "
-             f"work{'s' if len(ns) == 1 else ''} with the installed deepspeed {version}. {reason} " + "".join(f"[{n}]" for n in ns)
-             for reason, ns in reasons.items()]
-    return ("\n\n" + "\n".join(notes)) if notes else ""
 
 
 def terms_line(glossary: Glossary, question: str, limit: int = 4) -> str:
@@ -293,44 +252,6 @@ def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sou
     parts = [keys, head, body] if kind == "config" and keys else [head, body, keys]
     parts.append(setting_line(request.question, defined, facts) if defined else "")  # where the keys go in the config
     return "\n".join(p for p in [*parts, tail] if p)
-
-
-def unknown_line(names: tuple[str, ...], keys: Iterable[str] = (), limit: int = 3) -> str:
-    """'`stage3_prefetch_strategy` appears nowhere ...' for the settings a refused question writes out
-    that nothing indexed names ('' for none): the likeliest reason it is not covered; with the config
-    catalogue's `keys`, the key one of them nearly spells ("did you mean `zero_optimization.overlap_comm`?")."""
-    if not names:
-        return ""
-    shown = ", ".join(f"`{n}`" for n in names[:limit])
-    verb = "appears" if len(names) == 1 else "appear"
-    meant = [m for n in names[:limit] if (m := nearly_spelled(n, keys))]
-    hint = f"; did you mean {' or '.join(f'`{m}`' for m in dict.fromkeys(meant))}?" if meant else ""
-    return (f"{shown} {verb} nowhere in the DeepSpeed docs, config catalogue or notes indexed here "
-            f"(deepspeed's own config, launcher and API do not seem to have {'it' if len(names) == 1 else 'them'}{hint}).\n\n")
-
-
-def nearly_spelled(name: str, keys: Iterable[str]) -> str:
-    """The catalogue key a misspelt setting comes closest to (its last part or its whole dotted name, difflib's
-    ratio at least SPELLING_RATIO: `overlap_comms`, `stage3_gather_fp16_weights_on_model_save`), else ''."""
-    by_part: dict[str, str] = {}
-    for key in keys:
-        by_part.setdefault(key.rsplit(".", 1)[-1], key)
-        by_part.setdefault(key, key)
-    close = difflib.get_close_matches(name.lstrip("-"), list(by_part), n=1, cutoff=SPELLING_RATIO)
-    return by_part[close[0]] if close else ""
-
-
-SPELLING_RATIO = 0.85
-
-
-def unaccepted_line(arguments: tuple[tuple[str, str], ...], version: str, limit: int = 2) -> str:
-    """'`deepspeed.initialize` takes no keyword argument `seed` in deepspeed 0.19.8.' for the (function,
-    keyword) pairs a question passes that the installed function does not take ('' for none)."""
-    if not arguments:
-        return ""
-    where = f" in deepspeed {version}" if version else " in the installed deepspeed"
-    said = [f"`{function}` takes no keyword argument `{keyword}`{where}." for function, keyword in arguments[:limit]]
-    return " ".join(said) + "\n\n"
 
 
 def finish(engine: Engine, request: AskRequest, prepared: Prepared, answer: str) -> AskResponse:

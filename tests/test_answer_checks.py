@@ -23,10 +23,11 @@ from app.answer import (
 )
 from app.answer_keys import about_other_keys, config_line, keys_named, owners
 from app.answer_shapes import key_line
-from app.ask import terms_line, version_notes
+from app.ask import terms_line
 from app.coverage import COVERAGE_FEATURES, coverage_features
 from app.engine import retrieval_options
 from app.glossary import Glossary
+from app.installed_mismatch import version_notes
 from app.ranking import QuerySignals, chunk_terms
 from app.retriever import Hit
 from app.settings import Settings
