@@ -15,7 +15,7 @@ from typing import Any
 from app.ask import ask
 from app.engine import Engine
 from app.schemas import AskRequest
-from eval.metrics import Question, normalise
+from eval.metrics import Question, normalise, wilson_interval
 
 UNANSWERABLE = Path(__file__).resolve().parent / "unanswerable.jsonl"
 # questions nothing indexed answers, never trained or tuned on (beside eval/question_set.OUTSIDE_QUESTIONS)
@@ -113,6 +113,7 @@ def answer_report(engine: Engine, answerable: list[Question], unanswerable: list
     return {
         "answerable": len(rows),
         "evidence_in_answer": round(sum(r["evidence"] for r in rows) / n, 4),
+        "evidence_in_answer_95ci": wilson_interval(sum(r["evidence"] for r in rows), len(rows)),
         "evidence_in_answer_zh": round(sum(r["evidence"] for r in rows if r["lang"] == "zh") / max(sum(r["lang"] == "zh" for r in rows), 1), 4),
         "segments": sum(r["segments"] for r in rows),
         "cut_segments": sum(r["cut"] for r in rows),
@@ -120,5 +121,6 @@ def answer_report(engine: Engine, answerable: list[Question], unanswerable: list
         "false_abstention": round(1 - len(covered) / n, 4),
         "unanswerable": len(unanswerable),
         "abstention": round(sum(abstained) / max(len(abstained), 1), 4),
+        "abstention_95ci": wilson_interval(sum(abstained), len(abstained)),
         "missed_abstention_ids": [u.id for u, a in zip(unanswerable, abstained, strict=True) if not a],
     }

@@ -119,17 +119,19 @@ def run_retrieval_eval(settings: Settings, *, dev: Path | None = None, extra: Se
 
 def format_table(results: dict[str, Any]) -> str:
     """One line per retriever and question set (all questions, then the Chinese part's hit@5)."""
-    lines = [f"{'retriever':>9} {'set':>7} {'n':>4} " + " ".join(f"{m:>8}" for m in ("hit@1", "hit@5", "hit@10", "MRR@10", "nDCG@10", "mention", "words")) + "  zh_hit@5"]
+    lines = [f"{'retriever':>9} {'set':>7} {'n':>4} " + " ".join(f"{m:>8}" for m in ("hit@1", "hit@5", "hit@10", "MRR@10", "nDCG@10", "mention", "words")) + "  hit@5 95% CI   zh_hit@5"]
     for name, by_set in results.items():
         for set_name, summary in by_set.items():
             a = summary["all"]
             vals = " ".join(f"{a[m]:>8.3f}" if m != "median_top5_words" else f"{a[m]:>8.0f}" for m in METRICS)
             zh = summary.get("zh", {})
             zh_txt = f"{zh['hit@5']:.3f} (n={zh['n']})" if zh.get("n") else "-"
-            lines.append(f"{name:>9} {set_name:>7} {a['n']:>4} {vals}  {zh_txt}")
+            lo, hi = a.get("hit@5_95ci", (0.0, 1.0))
+            lines.append(f"{name:>9} {set_name:>7} {a['n']:>4} {vals}  [{lo:.3f}, {hi:.3f}]  {zh_txt}")
     if any("tune-in" in by_set for by_set in results.values()):
         lines.append("tune: each question through a query adapter fitted without its fold and a question memory without it and its thread; "
                      "tune-in: the shipped adapter and memory, built from all of tune (in-sample)")
+    lines.append("hit@5 95% CI: the Wilson interval of the share on that many questions (what a figure may differ by from the rate it estimates)")
     if any("terse" in by_set for by_set in results.values()):
         lines.append("terse: the test split of eval/terse/answerable.jsonl (questions of at most 7 words or 20 Chinese characters)")
     return "\n".join(lines)

@@ -10,7 +10,7 @@ import pytest
 from app.fusion import near_duplicate, rrf_fusion, shingles, weighted_fusion
 from app.glossary import Glossary, has_cjk
 from corpus import GLOSSARY_ZH
-from eval.metrics import Question, normalise, score_question, summarise
+from eval.metrics import Question, normalise, score_question, summarise, wilson_interval
 from indexer.tokenize import tokenize
 
 
@@ -65,3 +65,13 @@ def test_scoring_rule() -> None:
     assert s.mention_share == 0.5
     summary = summarise([s])
     assert summary["all"]["hit@5"] == 1.0 and summary["en"]["mrr@10"] == 0.5
+
+
+def test_a_share_comes_with_its_wilson_interval() -> None:
+    """Half of 100 reads 0.40-0.60; a share of 0 or 1 keeps an interval on the open side only; test's hit@5 of
+    299 in 326 reads 0.88-0.94; no questions say nothing (0-1)."""
+    assert wilson_interval(50, 100) == (0.4038, 0.5962)
+    assert wilson_interval(0, 10) == (0.0, 0.2775) and wilson_interval(10, 10) == (0.7225, 1.0)
+    lo, hi = wilson_interval(299, 326)
+    assert lo < 299 / 326 < hi and (round(lo, 2), round(hi, 2)) == (0.88, 0.94)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
