@@ -146,6 +146,15 @@ def _public_callable(space: str, name: str) -> bool:
     return callable(getattr(module, name, None))
 
 
+# the readers of a saved ZeRO checkpoint (deepspeed.utils.zero_to_fp32), and the prelude's names for its folder
+_ZERO_CHECKPOINT_READER = re.compile(r"\b(?:get_fp32_state_dict_from_zero_checkpoint|load_state_dict_from_zero_checkpoint|"
+                                     r"convert_zero_checkpoint_to_fp32_state_dict)\s*\(")
+CHECKPOINT_FOLDERS = frozenset({"save_dir", "ckpt_dir", "checkpoint_dir", "load_dir"})
+ENGINE_NAMES = frozenset({"engine", "model_engine", "ds_engine"})
+# an engine call that only a ZeRO optimizer serves: moving its states off the device and back, and the loss scaling of a
+# manual `loss.backward()` (deepspeed refuses a direct tensor.backward() under ZeRO stage 0)
+_ZERO_ENGINE_CALL = re.compile(r"\b(?:engine|model_engine|ds_engine)\.(offload_states|reload_states|scale)\s*\(")
+
 _ELISION = re.compile(r"^(\s*)(?:\.{2,}|…|\[\.\.\.\]|#\s*\.\.\.)\s*$")
 
 
@@ -199,13 +208,25 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
             adaptations.append(f"'{req.subject}' -> a tiny {family} of random weights (2 layers, width 32; MiniLM's WordPiece "
                                "tokenizer) built offline: the calls run, what the model outputs means nothing")
     inference = bool(re.search(r"\binit_inference\(", src))  # `config` there is an inference config, not a training one
+    # a fragment that reads back a ZeRO checkpoint from a folder the prelude names, saved by an earlier step of its page
+    saved_checkpoint = bool(_ZERO_CHECKPOINT_READER.search(src)) and "save_checkpoint" not in src and bool(CHECKPOINT_FOLDERS & set(supplied))
     plan = {"names": supplied, "client_optimizer": "optimizer=" in src, "device": caps.device, "inference": inference,
             "config_in_call": bool(re.search(r"\b(?:config|config_params)\s*=", src))}  # then args carries no config path
     plan["stand_ins"] = stand_ins
+    plan["saved_checkpoint"] = saved_checkpoint
+    # engine methods a ZeRO optimizer brings (the prelude's engine otherwise runs stage 0 with torch's AdamW)
+    needs_zero = sorted(set(_ZERO_ENGINE_CALL.findall(src))) if set(supplied) & ENGINE_NAMES else []
+    plan["zero_stage"] = 1 if needs_zero else 0
     files = {"snippet.py": src, "prelude.py": driver("prelude.py"), "plan.json": json.dumps(plan), "main.py": driver("python_main.py")}
     if stand_ins:
         files["hub_stand_in.py"] = driver("hub_stand_in.py")
     adaptations += [f"prelude supplied: {', '.join(supplied)}"] if supplied else []
+    if needs_zero:
+        adaptations.append(f"the prelude's engine runs ZeRO stage 1 (its default is stage 0): {', '.join(f'`{m}`' for m in needs_zero)} "
+                           f"{'needs' if len(needs_zero) == 1 else 'need'} a ZeRO optimizer")
+    if saved_checkpoint:
+        adaptations.append("a real ZeRO stage 2 checkpoint of the prelude's tiny model (one training step) saved to 'checkpoints', "
+                           "tag 'step0', before the snippet: the state an earlier step of its page writes")
     if inference and {"config", "ds_config"} & set(supplied):
         adaptations.append("the prelude's config for init_inference is empty (the inference defaults)" if caps.cuda else
                            "the prelude's config for init_inference sets dtype fp32 (its default, fp16, needs a GPU)")

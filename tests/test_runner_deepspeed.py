@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from eval.runner import HttpRunner, LocalRunner, RunRequest, RunResult
+from indexer.snippet_status import BLAME_SNIPPET
 from tests.conftest import ServerThread
 
 pytestmark = pytest.mark.slow
@@ -97,6 +98,33 @@ def test_an_error_after_the_process_group_starts_is_a_failure_with_its_traceback
     assert r.status == "failed" and "RuntimeError: stops after the group started" in r.reason, (r.reason, r.stderr[-2000:])
     assert 'raise RuntimeError("stops after the group started")' in r.stderr  # the traceback, not the message alone
     assert r.duration_s < 60 and not any("run again" in a for a in r.adaptations)
+
+
+def test_a_fragment_reading_a_zero_checkpoint_runs_against_a_real_one(runner: LocalRunner) -> None:
+    """The ZeRO-3 page's zero_to_fp32 fragments read a checkpoint an earlier step saved: the harness saves a real ZeRO
+    stage 2 one first, so the conversion and the load into the model run for real, and a fragment's own bug (the
+    page's `state_dict.item()`, for `.items()`) is a failure of the snippet, not of the harness."""
+    head = "from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint\n"
+    ok = runner.run(RunRequest(kind="python", timeout_s=300, code=head + "state_dict = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir)\n"
+                               "model = model.cpu()\nmodel.load_state_dict(state_dict)\nassert sorted(state_dict) == sorted(model.state_dict())\n"))
+    assert ok.status == "passed", (ok.reason, ok.stderr[-2000:])
+    assert any(a.startswith("a real ZeRO stage 2 checkpoint") for a in ok.adaptations)
+    bad = runner.run(RunRequest(kind="python", timeout_s=300, code=head + "state_dict = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, "
+                                "lazy_mode=True)\nfor name, t in state_dict.item():\n    print(name, t.contiguous())\n"))
+    assert bad.status == "failed" and "has no attribute 'item'" in bad.reason, (bad.reason, bad.stderr[-2000:])
+    assert bad.blame == BLAME_SNIPPET, bad.blame_why
+
+
+def test_a_fragment_calling_what_only_a_zero_optimizer_has_runs_on_a_zero_engine(runner: LocalRunner) -> None:
+    """A manual backward of the scaled loss (refused by a ZeRO stage 0 engine) and moving the optimizer's states off
+    the device and back run on the stage 1 engine the plan asks for."""
+    code = ("from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum\n"
+            "for batch in data_loader:\n    loss = model_engine(batch)\n    model_engine.scale(loss).backward()\n    model_engine.step()\n"
+            "model_engine.offload_states(include=[OffloadStateTypeEnum.hp_params, OffloadStateTypeEnum.optim_states])\n"
+            "model_engine.reload_states()\n")
+    r = runner.run(RunRequest(kind="python", code=code, timeout_s=300))
+    assert r.status == "passed", (r.reason, r.stderr[-2000:])
+    assert any("runs ZeRO stage 1" in a for a in r.adaptations)
 
 
 def test_flops_profiler_snippets_pass(runner: LocalRunner) -> None:

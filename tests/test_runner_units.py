@@ -127,6 +127,35 @@ def test_free_names_and_prelude() -> None:
     assert not prepare("python", ">>> import torch\n>>> print(torch.ones(1))", CPU).skip
 
 
+def test_a_fragment_reading_a_zero_checkpoint_back_gets_one_saved_first() -> None:
+    """zero_to_fp32's readers on the prelude's checkpoint folder find a real checkpoint there (the state an earlier
+    step of the page writes), said in the adaptations; a fragment that saves its own, or names its own path, does not."""
+    reader = ("from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint\n"
+              "state_dict = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir)\nmodel.load_state_dict(state_dict)\n")
+    p = prepare("python", reader, CPU)
+    assert json.loads(p.files["plan.json"])["saved_checkpoint"] is True
+    assert any(a.startswith("a real ZeRO stage 2 checkpoint") and "'checkpoints'" in a for a in p.adaptations)
+    for other in ("engine.save_checkpoint(save_dir)\n" + reader,  # saves its own first
+                  reader.replace("(checkpoint_dir)", "('/path/to/ckpt')"),  # a path of its own: the prelude names no folder
+                  "engine.train()\n"):
+        p = prepare("python", other, CPU)
+        assert not p.skip and json.loads(p.files["plan.json"])["saved_checkpoint"] is False, other
+        assert not any("ZeRO stage 2 checkpoint" in a for a in p.adaptations)
+
+
+def test_a_fragment_calling_what_only_a_zero_optimizer_has_gets_a_zero_engine() -> None:
+    """The prelude's engine runs ZeRO stage 0 with torch's AdamW; a fragment moving the engine's states off the device
+    (`offload_states`) or scaling a loss for a manual backward asks the plan for stage 1, and says so."""
+    p = prepare("python", "loss = model_engine(batch)\nscaled = model_engine.scale(loss)\nscaled.backward()\nmodel_engine.step()\n", CPU)
+    assert json.loads(p.files["plan.json"])["zero_stage"] == 1
+    assert "the prelude's engine runs ZeRO stage 1 (its default is stage 0): `scale` needs a ZeRO optimizer" in p.adaptations
+    p = prepare("python", "ds_engine.offload_states()\nds_engine.reload_states()\n", CPU)
+    assert any("`offload_states`, `reload_states` need a ZeRO optimizer" in a for a in p.adaptations)
+    for other in ("engine.train()\n", "x = torch.ones(2)\ny = x.scale(2)\n"):  # no such call, or `scale` of something else
+        p = prepare("python", other, CPU)
+        assert json.loads(p.files["plan.json"])["zero_stage"] == 0 and not any("ZeRO stage 1" in a for a in p.adaptations)
+
+
 def test_launcher_and_hostfile_are_rewritten_for_this_machine() -> None:
     p = prepare("launcher", "NCCL_DEBUG=INFO deepspeed train.py --deepspeed --deepspeed_config ds_config.json", CPU)
     assert p.argv[1:4] == ["-m", "deepspeed.launcher.runner", "--num_gpus"] and "train.py" in p.argv

@@ -3,13 +3,15 @@ without defining them (eval/programs.py finds those names with ast).
 
 model / net: a tiny MLP (16 -> 32 -> 16); calling it with (x, y) or a batch tuple returns the MSE loss.
 optimizer: torch AdamW over model's parameters. engine / model_engine / ds_engine: deepspeed.initialize
-of that model with `ds_config`. ds_config / config: {"train_micro_batch_size_per_gpu": 2, torch AdamW}
+of that model with `ds_config` (ZeRO stage 0, or the stage the plan asks for when the fragment calls what only a
+ZeRO optimizer has). ds_config / config: {"train_micro_batch_size_per_gpu": 2, torch AdamW}
 (no optimizer block when the snippet passes its own optimizer=; for init_inference {} on a GPU, {"dtype": float32} on a CPU). args / cmd_args: argparse.Namespace
 with local_rank=0, deepspeed=True, deepspeed_config=<path of ds_config.json>. data_loader and friends:
 a list of 4 (x, y) batches of 2; dataset: a TensorDataset of 8. batch / inputs / labels / x / y: one
 batch. loss: the model's loss on that batch. criterion / loss_fn: MSELoss. device: the engine's
 device. local_rank / rank: 0; world_size: 1. save_dir, ckpt_dir, checkpoint_dir, load_dir: "checkpoints";
-ckpt_id / tag: "step0"; client_sd / client_state: {}. step / epoch: 0. mpu: None. self / module: the
+ckpt_id / tag: "step0"; client_sd / client_state: {}; a fragment that reads a ZeRO checkpoint back (zero_to_fp32) and saves
+none finds a real one there (`save_zero_checkpoint`). step / epoch: 0. mpu: None. self / module: the
 tiny model (a method-body excerpt sets its attributes on it). parser: an ArgumentParser;
 get_argument_parser (a tutorial script's own parser factory): ArgumentParser.
 micro_batch_size: 2; sequence_parallel_size: 1; trainset: the dataset; dtype: float32; data_iter: an
@@ -48,7 +50,24 @@ class TinyModel(torch.nn.Module):
         return torch.nn.functional.mse_loss(out.float(), y.float()) if y is not None else out
 
 
-def provide(names, client_optimizer=False, device="cpu", inference=False, config_in_call=False):
+def save_zero_checkpoint(device, folder="checkpoints", tag="step0"):
+    """A real ZeRO stage 2 checkpoint, as a page's earlier training step leaves it: a tiny model built as `model`
+    is (same seed, same class, so the same parameter names), one optimizer step, `save_checkpoint` (its `latest`
+    file and zero_to_fp32.py beside)."""
+    import deepspeed
+
+    torch.manual_seed(0)
+    model = TinyModel().to(device)
+    cfg = {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    loss = engine(torch.randn(2, D, device=device), torch.randn(2, D, device=device))
+    engine.backward(loss)
+    engine.step()
+    engine.save_checkpoint(folder, tag=tag)
+
+
+def provide(names, client_optimizer=False, device="cpu", inference=False, config_in_call=False, saved_checkpoint=False, zero_stage=0):
     names = set(names)
     dev = torch.device("cuda" if device == "cuda" and torch.cuda.is_available() else "cpu")
     g = {}
@@ -61,6 +80,9 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
     torch.manual_seed(0)
     model = TinyModel().to(dev)
     cfg = {"train_micro_batch_size_per_gpu": 2}
+    if zero_stage:  # a fragment calling what only a ZeRO optimizer has (offload_states, the scale of a manual backward)
+        cfg["zero_optimization"] = {"stage": zero_stage}
+        cfg["zero_allow_untested_optimizer"] = True  # a fragment passing its own torch optimizer
     if not client_optimizer:
         cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}
     with open("ds_config.json", "w") as f:
@@ -114,4 +136,6 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
         if "loss" in names:
             g["loss"] = model(*batches[0])
     os.makedirs("checkpoints", exist_ok=True)
+    if saved_checkpoint:  # a fragment reading back what an earlier step of its page saved
+        save_zero_checkpoint(dev)
     return g
