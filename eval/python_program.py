@@ -151,6 +151,8 @@ _ZERO_CHECKPOINT_READER = re.compile(r"\b(?:get_fp32_state_dict_from_zero_checkp
                                      r"convert_zero_checkpoint_to_fp32_state_dict)\s*\(")
 CHECKPOINT_FOLDERS = frozenset({"save_dir", "ckpt_dir", "checkpoint_dir", "load_dir"})
 ENGINE_NAMES = frozenset({"engine", "model_engine", "ds_engine"})
+BATCH_NAMES = frozenset({"batch", "data_loader", "dataloader", "train_loader", "trainloader", "train_dataloader", "data_iter"})
+_HF_CALL = re.compile(r"\(\s*\*\*\s*batch\s*\)")  # model(**batch), model_engine(**batch)
 # an engine call that only a ZeRO optimizer serves: moving its states off the device and back, and the loss scaling of a
 # manual `loss.backward()` (deepspeed refuses a direct tensor.backward() under ZeRO stage 0)
 _ZERO_ENGINE_CALL = re.compile(r"\b(?:engine|model_engine|ds_engine)\.(offload_states|reload_states|scale)\s*\(")
@@ -217,6 +219,8 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
     # engine methods a ZeRO optimizer brings (the prelude's engine otherwise runs stage 0 with torch's AdamW)
     needs_zero = sorted(set(_ZERO_ENGINE_CALL.findall(src))) if set(supplied) & ENGINE_NAMES else []
     plan["zero_stage"] = 1 if needs_zero else 0
+    # a Hugging Face style call on the prelude's batch: model(**batch).loss
+    plan["hf_batches"] = bool(_HF_CALL.search(src)) and bool(set(supplied) & BATCH_NAMES)
     files = {"snippet.py": src, "prelude.py": driver("prelude.py"), "plan.json": json.dumps(plan), "main.py": driver("python_main.py")}
     if stand_ins:
         files["hub_stand_in.py"] = driver("hub_stand_in.py")
@@ -224,6 +228,9 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
     if needs_zero:
         adaptations.append(f"the prelude's engine runs ZeRO stage 1 (its default is stage 0): {', '.join(f'`{m}`' for m in needs_zero)} "
                            f"{'needs' if len(needs_zero) == 1 else 'need'} a ZeRO optimizer")
+    if plan["hf_batches"]:
+        adaptations.append("the prelude's batches are dicts of input_ids and labels, and its tiny model answers model(**batch) "
+                           "with .loss and .logits, as a Hugging Face model does")
     if saved_checkpoint:
         adaptations.append("a real ZeRO stage 2 checkpoint of the prelude's tiny model (one training step) saved to 'checkpoints', "
                            "tag 'step0', before the snippet: the state an earlier step of its page writes")

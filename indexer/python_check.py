@@ -20,6 +20,7 @@ import io
 import re
 import textwrap
 import tokenize
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -222,6 +223,50 @@ def _always_raises(obj: Any) -> str:
     return ""
 
 
+_RETURNS = re.compile(r"^\s*Returns?:?\s*$(.*?)(?:^\s*$|\Z)", re.M | re.S)  # a docstring's Returns section, to its blank line
+_DICT_WORDS = re.compile(r"``state_dict``|\bstate_dict\b|\bdict\b|\bOrderedDict\b")
+_DICT_ATTRIBUTES = frozenset(dir(dict)) | frozenset(dir(OrderedDict))
+
+
+@lru_cache(maxsize=2048)
+def _returns_dict(obj: Any) -> bool:
+    """Whether a deepspeed function says it returns a dict: its return annotation (dict, Dict[...], OrderedDict,
+    Mapping), or its docstring's Returns section naming a `state_dict` or a dict."""
+    sig = _signature(obj) if callable(obj) and not inspect.isclass(obj) else None
+    if sig is None:
+        return False
+    annotation = sig.return_annotation
+    if annotation is not inspect.Signature.empty:
+        text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+        return bool(re.match(r"(?:dict|Dict|OrderedDict|Mapping)\b", re.sub(r"\b(?:[A-Za-z_]\w*\.)+", "", text)))
+    returns = _RETURNS.search(inspect.getdoc(obj) or "")
+    return bool(returns and _DICT_WORDS.search(returns.group(1)))
+
+
+def _dict_misuse(tree: ast.AST, aliases: dict[str, str]) -> list[Problem]:
+    """`x.item()` on a name bound once to what a deepspeed function returns as a dict (zero_to_fp32's
+    `get_fp32_state_dict_from_zero_checkpoint`): an attribute no dict has fails when run."""
+    stores = Counter(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    problems: list[Problem] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call)):
+            continue
+        name = node.targets[0].id
+        if stores[name] != 1:  # bound again somewhere: which value an attribute is read on is not followed
+            continue
+        func = node.value.func
+        called = _dotted(func, aliases) if isinstance(func, ast.Attribute | ast.Name) else None
+        obj = _resolve(called) if called else None
+        if obj is None or obj is _MISSING or not _returns_dict(obj):
+            continue
+        for use in ast.walk(tree):
+            if isinstance(use, ast.Attribute) and isinstance(use.value, ast.Name) and use.value.id == name and use.attr not in _DICT_ATTRIBUTES:
+                problems.append(Problem(use.lineno, f"`{name}.{use.attr}`: `{name}` is the dict `{called}` returns in deepspeed "
+                                                    f"{deepspeed_version()}, and a dict has no `{use.attr}`"))
+    return problems
+
+
 def _bind_problem(name: str, obj: Any, call: ast.Call) -> str:
     if not callable(obj) or any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
         return ""
@@ -279,6 +324,7 @@ def python_problems(tree: ast.AST) -> tuple[list[Problem], int]:
                 message = f"`{name}` only raises in deepspeed {deepspeed_version()}: {raised}"
             if message:
                 problems.append(Problem(node.lineno, message))
+    problems += _dict_misuse(tree, aliases)
     unique = {(p.line, p.message): p for p in problems}
     return sorted(unique.values(), key=lambda p: p.line), len(seen)
 

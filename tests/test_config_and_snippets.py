@@ -139,6 +139,20 @@ def test_python_calls_bind_to_the_installed_signatures() -> None:
     assert check_python("import deepspeed\ndeepspeed.init_distributed(dist_backend=...)")[0] == "template"
 
 
+def test_an_attribute_no_dict_has_on_a_returned_state_dict_fails_statically() -> None:
+    """zero_to_fp32's docstring example calls `state_dict.item()` on the state_dict the function says it returns (a
+    run fails there, AttributeError): the static check says so; the right `.items()`, a name bound twice, or a
+    function that returns no dict stay checked."""
+    head = "from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint\n"
+    bad = head + "state_dict = get_fp32_state_dict_from_zero_checkpoint('ckpt', lazy_mode=True)\nfor n, t in state_dict.item():\n    print(n)\n"
+    status, reason = check_python(bad)
+    assert status == "fails" and reason.startswith("line 3: `state_dict.item`") and "a dict has no `item`" in reason, reason
+    assert check_python(bad.replace(".item()", ".items()"))[0] == "checked"
+    assert check_python(bad + "state_dict = model\n")[0] == "checked"  # bound twice: which one is used is not read
+    other = "import deepspeed\nengine = deepspeed.init_inference(model)\nengine.item()\n"
+    assert check_python(other)[0] == "checked"
+
+
 def test_kinds_that_fit_repl_output_bare_config_and_templates() -> None:
     from indexer.python_check import strip_repl
     from indexer.snippet_kinds import classify_snippet

@@ -127,6 +127,18 @@ def test_a_fragment_calling_what_only_a_zero_optimizer_has_runs_on_a_zero_engine
     assert any("runs ZeRO stage 1" in a for a in r.adaptations)
 
 
+def test_a_hugging_face_style_fragment_runs_on_dict_batches(runner: LocalRunner) -> None:
+    """The ALST page's activation-offload fragment calls its model Hugging Face style, `model(**batch).loss`, inside
+    deepspeed's offloading context: with dict batches and the tiny model's HF-style output it runs for real."""
+    code = ("from deepspeed.runtime.activation_checkpointing.offload_activations import (\n"
+            "    get_checkpoint_hidden_states_offloading_ctx_manager,\n)\n\n"
+            "ctx = get_checkpoint_hidden_states_offloading_ctx_manager()\nwith ctx:\n"
+            "    loss = model(**batch).loss\n    loss.backward()\nassert loss.item() > 0 and model(**batch).logits.shape == batch['labels'].shape\n")
+    r = runner.run(RunRequest(kind="python", code=code, timeout_s=300))
+    assert r.status == "passed", (r.reason, r.stderr[-2000:])
+    assert any("dicts of input_ids and labels" in a for a in r.adaptations)
+
+
 def test_flops_profiler_snippets_pass(runner: LocalRunner) -> None:
     py = runner.run(RunRequest(kind="python", code=FLOPS_PYTHON, timeout_s=300))
     assert py.status == "passed", py.stderr[-2000:]

@@ -156,6 +156,17 @@ def test_a_fragment_calling_what_only_a_zero_optimizer_has_gets_a_zero_engine() 
         assert json.loads(p.files["plan.json"])["zero_stage"] == 0 and not any("ZeRO stage 1" in a for a in p.adaptations)
 
 
+def test_a_fragment_calling_a_model_hugging_face_style_gets_dict_batches() -> None:
+    """`model(**batch).loss` on the prelude's batch: the plan asks for dict batches and says so; a fragment that builds
+    its own batch, or calls the model positionally, keeps the tuple batches."""
+    p = prepare("python", "loss = model(**batch).loss\nloss.backward()\n", CPU)
+    assert json.loads(p.files["plan.json"])["hf_batches"] is True
+    assert any("dicts of input_ids and labels" in a and "model(**batch)" in a for a in p.adaptations)
+    for other in ("batch = {'input_ids': torch.ones(2, 16)}\nout = model(**batch)\n", "loss = model(batch)\n"):
+        p = prepare("python", other, CPU)
+        assert json.loads(p.files["plan.json"])["hf_batches"] is False and not any("dicts of input_ids" in a for a in p.adaptations)
+
+
 def test_launcher_and_hostfile_are_rewritten_for_this_machine() -> None:
     p = prepare("launcher", "NCCL_DEBUG=INFO deepspeed train.py --deepspeed --deepspeed_config ds_config.json", CPU)
     assert p.argv[1:4] == ["-m", "deepspeed.launcher.runner", "--num_gpus"] and "train.py" in p.argv

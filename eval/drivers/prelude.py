@@ -1,7 +1,9 @@
 """dsqa's prelude for doc fragments: the names they assume, built only when a snippet uses them
 without defining them (eval/programs.py finds those names with ast).
 
-model / net: a tiny MLP (16 -> 32 -> 16); calling it with (x, y) or a batch tuple returns the MSE loss.
+model / net: a tiny MLP (16 -> 32 -> 16); calling it with (x, y) or a batch tuple returns the MSE loss; called
+Hugging Face style, model(input_ids=..., labels=...), it returns an output with .loss and .logits (`HfOutput`), and a
+fragment that calls model(**batch) gets its batches as dicts of input_ids and labels.
 optimizer: torch AdamW over model's parameters. engine / model_engine / ds_engine: deepspeed.initialize
 of that model with `ds_config` (ZeRO stage 0, or the stage the plan asks for when the fragment calls what only a
 ZeRO optimizer has). ds_config / config: {"train_micro_batch_size_per_gpu": 2, torch AdamW}
@@ -40,7 +42,10 @@ class TinyModel(torch.nn.Module):
         super().__init__()
         self.net = torch.nn.Sequential(torch.nn.Linear(D, 32), torch.nn.ReLU(), torch.nn.Linear(32, D))
 
-    def forward(self, x, y=None, *rest, **kwargs):
+    def forward(self, x=None, y=None, *rest, input_ids=None, labels=None, **kwargs):
+        if x is None and input_ids is not None:  # a Hugging Face style call, model(**batch): an output with .loss and .logits
+            logits = self.forward(input_ids)
+            return HfOutput(torch.nn.functional.mse_loss(logits.float(), labels.float()) if labels is not None else None, logits)
         if isinstance(x, list | tuple):
             x, y = x[0], (x[1] if len(x) > 1 else None)
         if isinstance(x, dict):
@@ -48,6 +53,16 @@ class TinyModel(torch.nn.Module):
         dtype = next(self.parameters()).dtype
         out = self.net(x.to(dtype))
         return torch.nn.functional.mse_loss(out.float(), y.float()) if y is not None else out
+
+
+class HfOutput:
+    """What a Hugging Face model returns to model(**batch): the loss (when labels came) and the logits."""
+
+    def __init__(self, loss, logits):
+        self.loss, self.logits = loss, logits
+
+    def __getitem__(self, i):
+        return (self.loss, self.logits)[i] if self.loss is not None else (self.logits,)[i]
 
 
 def save_zero_checkpoint(device, folder="checkpoints", tag="step0"):
@@ -67,7 +82,8 @@ def save_zero_checkpoint(device, folder="checkpoints", tag="step0"):
     engine.save_checkpoint(folder, tag=tag)
 
 
-def provide(names, client_optimizer=False, device="cpu", inference=False, config_in_call=False, saved_checkpoint=False, zero_stage=0):
+def provide(names, client_optimizer=False, device="cpu", inference=False, config_in_call=False, saved_checkpoint=False, zero_stage=0,
+            hf_batches=False):
     names = set(names)
     dev = torch.device("cuda" if device == "cuda" and torch.cuda.is_available() else "cpu")
     g = {}
@@ -88,18 +104,21 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
     with open("ds_config.json", "w") as f:
         json.dump(cfg, f)
     batches = [(torch.randn(2, D, device=dev), torch.randn(2, D, device=dev)) for _ in range(4)]
+    if hf_batches:  # a fragment calling model(**batch): its page's batches are a tokenizer's dicts
+        batches = [{"input_ids": x, "labels": y} for x, y in batches]
+    first = (batches[0]["input_ids"], batches[0]["labels"]) if hf_batches else batches[0]
     # init_inference's own default dtype is fp16, which a CPU does not run: the CPU prelude asks for fp32
     infer_cfg = {} if dev.type == "cuda" else {"dtype": torch.float32}
     simple = {
         "model": model, "net": model, "ds_config": infer_cfg if inference else cfg, "config": infer_cfg if inference else cfg, "ds_config_path": "ds_config.json",
-        "config_path": "ds_config.json", "batch": batches[0], "inputs": batches[0][0], "labels": batches[0][1],
-        "x": batches[0][0], "y": batches[0][1], "criterion": torch.nn.MSELoss(), "loss_fn": torch.nn.MSELoss(),
+        "config_path": "ds_config.json", "batch": batches[0], "inputs": first[0], "labels": first[1],
+        "x": first[0], "y": first[1], "criterion": torch.nn.MSELoss(), "loss_fn": torch.nn.MSELoss(),
         "local_rank": 0, "rank": 0, "world_size": 1, "save_dir": "checkpoints", "ckpt_dir": "checkpoints",
         "checkpoint_dir": "checkpoints", "load_dir": "checkpoints", "ckpt_id": "step0", "tag": "step0",
         "client_sd": {}, "client_state": {}, "step": 0, "epoch": 0, "mpu": None,
         "parameters": model.parameters(), "model_parameters": model.parameters(), "params": model.parameters(),
         "self": model, "module": model, "parser": argparse.ArgumentParser(), "get_argument_parser": argparse.ArgumentParser, "micro_batch_size": 2,
-        "sequence_parallel_size": 1, "dtype": torch.float32, "data_iter": iter(batches), "tensor": batches[0][0],
+        "sequence_parallel_size": 1, "dtype": torch.float32, "data_iter": iter(batches), "tensor": first[0],
         "chunk_size": 2, "output_dir": "out", "output_file": "out/result.txt",
         "Model": TinyModel, "MyLargeModel": TinyModel, "Net": TinyModel, "weight_shape": (D, D), "num_features": D,
     }
@@ -134,7 +153,7 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
                 if n in names:
                     g[n] = sched
         if "loss" in names:
-            g["loss"] = model(*batches[0])
+            g["loss"] = model(**batches[0]).loss if hf_batches else model(*batches[0])
     os.makedirs("checkpoints", exist_ok=True)
     if saved_checkpoint:  # a fragment reading back what an earlier step of its page saved
         save_zero_checkpoint(dev)
