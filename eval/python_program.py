@@ -211,16 +211,17 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
                                "tokenizer) built offline: the calls run, what the model outputs means nothing")
     inference = bool(re.search(r"\binit_inference\(", src))  # `config` there is an inference config, not a training one
     # a fragment that reads back a ZeRO checkpoint from a folder the prelude names, saved by an earlier step of its page
-    saved_checkpoint = bool(_ZERO_CHECKPOINT_READER.search(src)) and "save_checkpoint" not in src and bool(CHECKPOINT_FOLDERS & set(supplied))
+    given = set(supplied)
+    saved_checkpoint = bool(_ZERO_CHECKPOINT_READER.search(src)) and "save_checkpoint" not in src and bool(CHECKPOINT_FOLDERS & given)
     plan = {"names": supplied, "client_optimizer": "optimizer=" in src, "device": caps.device, "inference": inference,
             "config_in_call": bool(re.search(r"\b(?:config|config_params)\s*=", src))}  # then args carries no config path
     plan["stand_ins"] = stand_ins
     plan["saved_checkpoint"] = saved_checkpoint
     # engine methods a ZeRO optimizer brings (the prelude's engine otherwise runs stage 0 with torch's AdamW)
-    needs_zero = sorted(set(_ZERO_ENGINE_CALL.findall(src))) if set(supplied) & ENGINE_NAMES else []
+    needs_zero = sorted(set(_ZERO_ENGINE_CALL.findall(src))) if given & ENGINE_NAMES else []
     plan["zero_stage"] = 1 if needs_zero else 0
     # a Hugging Face style call on the prelude's batch: model(**batch).loss
-    plan["hf_batches"] = bool(_HF_CALL.search(src)) and bool(set(supplied) & BATCH_NAMES)
+    plan["hf_batches"] = bool(_HF_CALL.search(src)) and bool(given & BATCH_NAMES)
     files = {"snippet.py": src, "prelude.py": driver("prelude.py"), "plan.json": json.dumps(plan), "main.py": driver("python_main.py")}
     if stand_ins:
         files["hub_stand_in.py"] = driver("hub_stand_in.py")

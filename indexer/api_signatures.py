@@ -76,13 +76,19 @@ _MODULE_PATH = re.compile(r"\b(?:[A-Za-z_][A-Za-z0-9_]*\.)+(?=[A-Za-z_])")  # "t
 _SAYS_NOTHING = frozenset({"Any", "object"})
 
 
-def annotation_text(annotation: Any) -> str:
-    """A parameter's annotated type as a reader writes it, classes by their own names ("Module", "Optional[str]",
-    "int"); "" for none, for `Any`, and for a type longer than ANNOTATION_CHARS (its full form is on the API page)."""
+def written_type(annotation: Any) -> str:
+    """An annotation as a reader writes it, classes by their own names: "Optional[Module]" for
+    `typing.Optional[torch.nn.modules.module.Module]`, "None" for NoneType ("" for none)."""
     if annotation is inspect.Parameter.empty:
         return ""
     text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
-    text = _MODULE_PATH.sub("", text.replace("NoneType", "None")).strip()
+    return _MODULE_PATH.sub("", text.replace("NoneType", "None")).strip()
+
+
+def annotation_text(annotation: Any) -> str:
+    """A parameter's annotated type as `written_type` gives it ("Module", "Optional[str]", "int"); "" for none, for
+    `Any`, and for a type longer than ANNOTATION_CHARS (its full form is on the API page)."""
+    text = written_type(annotation)
     return "" if text in _SAYS_NOTHING or len(text) > ANNOTATION_CHARS else text
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from indexer.api_signatures import written_type
 from indexer.config_catalogue import deepspeed_version
 from indexer.quiet import captured
 from indexer.snippet_status import CHECKED, FAILS, NOT_CHECKED, TEMPLATE
@@ -225,7 +226,7 @@ def _always_raises(obj: Any) -> str:
 
 _RETURNS = re.compile(r"^\s*Returns?:?\s*$(.*?)(?:^\s*$|\Z)", re.M | re.S)  # a docstring's Returns section, to its blank line
 _DICT_WORDS = re.compile(r"``state_dict``|\bstate_dict\b|\bdict\b|\bOrderedDict\b")
-_DICT_ATTRIBUTES = frozenset(dir(dict)) | frozenset(dir(OrderedDict))
+_DICT_ATTRIBUTES = frozenset(dir(OrderedDict))  # a dict's, and OrderedDict's own (move_to_end)
 
 
 @lru_cache(maxsize=2048)
@@ -235,10 +236,8 @@ def _returns_dict(obj: Any) -> bool:
     sig = _signature(obj) if callable(obj) and not inspect.isclass(obj) else None
     if sig is None:
         return False
-    annotation = sig.return_annotation
-    if annotation is not inspect.Signature.empty:
-        text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
-        return bool(re.match(r"(?:dict|Dict|OrderedDict|Mapping)\b", re.sub(r"\b(?:[A-Za-z_]\w*\.)+", "", text)))
+    if returned := written_type(sig.return_annotation):
+        return bool(re.match(r"(?:dict|Dict|OrderedDict|Mapping)\b", returned))
     returns = _RETURNS.search(inspect.getdoc(obj) or "")
     return bool(returns and _DICT_WORDS.search(returns.group(1)))
 

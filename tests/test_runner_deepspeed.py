@@ -115,28 +115,29 @@ def test_a_fragment_reading_a_zero_checkpoint_runs_against_a_real_one(runner: Lo
     assert bad.blame == BLAME_SNIPPET, bad.blame_why
 
 
-def test_a_fragment_calling_what_only_a_zero_optimizer_has_runs_on_a_zero_engine(runner: LocalRunner) -> None:
-    """A manual backward of the scaled loss (refused by a ZeRO stage 0 engine) and moving the optimizer's states off
-    the device and back run on the stage 1 engine the plan asks for."""
-    code = ("from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum\n"
-            "for batch in data_loader:\n    loss = model_engine(batch)\n    model_engine.scale(loss).backward()\n    model_engine.step()\n"
-            "model_engine.offload_states(include=[OffloadStateTypeEnum.hp_params, OffloadStateTypeEnum.optim_states])\n"
-            "model_engine.reload_states()\n")
-    r = runner.run(RunRequest(kind="python", code=code, timeout_s=300))
-    assert r.status == "passed", (r.reason, r.stderr[-2000:])
-    assert any("runs ZeRO stage 1" in a for a in r.adaptations)
+# fragments whose page state the harness builds, and the adaptation that says so:
+# - a manual backward of the scaled loss (refused by a ZeRO stage 0 engine) and moving the optimizer's states off the
+#   device and back, on the stage 1 engine the plan asks for;
+# - the ALST page's activation-offload fragment, which calls its model Hugging Face style (`model(**batch).loss`)
+#   inside deepspeed's offloading context, on dict batches and the tiny model's HF-style output
+PAGE_STATE_FRAGMENTS = [
+    ("from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum\n"
+     "for batch in data_loader:\n    loss = model_engine(batch)\n    model_engine.scale(loss).backward()\n    model_engine.step()\n"
+     "model_engine.offload_states(include=[OffloadStateTypeEnum.hp_params, OffloadStateTypeEnum.optim_states])\n"
+     "model_engine.reload_states()\n", "runs ZeRO stage 1"),
+    ("from deepspeed.runtime.activation_checkpointing.offload_activations import (\n"
+     "    get_checkpoint_hidden_states_offloading_ctx_manager,\n)\n\n"
+     "ctx = get_checkpoint_hidden_states_offloading_ctx_manager()\nwith ctx:\n"
+     "    loss = model(**batch).loss\n    loss.backward()\nassert loss.item() > 0 and model(**batch).logits.shape == batch['labels'].shape\n",
+     "dicts of input_ids and labels"),
+]
 
 
-def test_a_hugging_face_style_fragment_runs_on_dict_batches(runner: LocalRunner) -> None:
-    """The ALST page's activation-offload fragment calls its model Hugging Face style, `model(**batch).loss`, inside
-    deepspeed's offloading context: with dict batches and the tiny model's HF-style output it runs for real."""
-    code = ("from deepspeed.runtime.activation_checkpointing.offload_activations import (\n"
-            "    get_checkpoint_hidden_states_offloading_ctx_manager,\n)\n\n"
-            "ctx = get_checkpoint_hidden_states_offloading_ctx_manager()\nwith ctx:\n"
-            "    loss = model(**batch).loss\n    loss.backward()\nassert loss.item() > 0 and model(**batch).logits.shape == batch['labels'].shape\n")
+@pytest.mark.parametrize(("code", "adaptation"), PAGE_STATE_FRAGMENTS, ids=["zero-engine-calls", "hugging-face-call"])
+def test_a_fragment_runs_on_the_page_state_the_harness_builds(runner: LocalRunner, code: str, adaptation: str) -> None:
     r = runner.run(RunRequest(kind="python", code=code, timeout_s=300))
     assert r.status == "passed", (r.reason, r.stderr[-2000:])
-    assert any("dicts of input_ids and labels" in a for a in r.adaptations)
+    assert any(adaptation in a for a in r.adaptations)
 
 
 def test_flops_profiler_snippets_pass(runner: LocalRunner) -> None:
