@@ -48,9 +48,16 @@ def adapt_config(cfg: dict[str, Any], world_size: int = 1) -> tuple[dict[str, An
         notes.append("fragment merged into the minimal base: train_micro_batch_size_per_gpu=2")
     if "optimizer" not in cfg:
         zero_block = cfg.get("zero_optimization")
+        offload = zero_block.get("offload_optimizer") if isinstance(zero_block, dict) else None
+        ratio = offload.get("ratio") if isinstance(offload, dict) else None
         if isinstance(zero_block, dict) and "zenflow" in zero_block:  # ZenFlow brings its own AdamW, which takes no torch_adam
             cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-3}}
             notes.append("no optimizer block: AdamW (lr 1e-3) added")
+        elif isinstance(ratio, int | float) and not isinstance(ratio, bool) and ratio < 1:
+            # a partial optimizer offload steps part of the optimizer on the CPU with deepspeed's own CPU Adam only
+            cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-3}}
+            notes.append(f"no optimizer block: deepspeed's AdamW (lr 1e-3) added, which it runs as DeepSpeedCPUAdam: the partial "
+                         f"optimizer offload (ratio {ratio}) takes no other")
         else:
             cfg["optimizer"] = BASE_CONFIG["optimizer"]
             notes.append("no optimizer block: the base's torch AdamW (lr 1e-3) added")

@@ -156,6 +156,9 @@ _HF_CALL = re.compile(r"\(\s*\*\*\s*batch\s*\)")  # model(**batch), model_engine
 # an engine call that only a ZeRO optimizer serves: moving its states off the device and back, and the loss scaling of a
 # manual `loss.backward()` (deepspeed refuses a direct tensor.backward() under ZeRO stage 0)
 _ZERO_ENGINE_CALL = re.compile(r"\b(?:engine|model_engine|ds_engine)\.(offload_states|reload_states|scale)\s*\(")
+# a call only deepspeed's pipeline engine serves: the pipeline tutorial's loops, on an engine or on one built from `model`/`net`
+_PIPELINE_CALL = re.compile(r"\.(train_batch|eval_batch)\s*\(")
+COUNT_ARGS = frozenset({"args", "cmd_args"})
 
 _ELISION = re.compile(r"^(\s*)(?:\.{2,}|…|\[\.\.\.\]|#\s*\.\.\.)\s*$")
 
@@ -164,6 +167,37 @@ def elisions_as_pass(src: str) -> str:
     """A doc excerpt's elision lines (`......`, `…`, `[...]`) as `pass`, indentation kept, tabs as
     spaces: the rest of the excerpt then parses as written."""
     return "\n".join(_ELISION.sub(r"\1pass", line) for line in src.expandtabs(4).splitlines())
+
+
+def counts_read(tree: ast.Module, supplied: set[str]) -> list[str]:
+    """The attributes of the prelude's argparse namespace a fragment reads as a count, `range(args.steps)`:
+    its page's own command-line flags, which the namespace does not have."""
+    found = [n.args[0].attr for n in ast.walk(tree)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "range" and n.args
+             and isinstance(n.args[0], ast.Attribute) and isinstance(n.args[0].value, ast.Name)
+             and n.args[0].value.id in COUNT_ARGS & supplied]
+    return list(dict.fromkeys(found))
+
+
+def returns_at_top(tree: ast.Module) -> bool:
+    """A `return` (or `yield`) outside any function: an excerpt of a function's body (a method's `return y`)."""
+    def walk(node: ast.AST) -> bool:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+                continue
+            if isinstance(child, ast.Return | ast.Yield | ast.YieldFrom) or walk(child):
+                return True
+        return False
+    return walk(tree)
+
+
+def as_function_body(src: str, tree: ast.Module) -> str:
+    """A function-body excerpt run as the body of a function called once; the names it reads still come
+    from the module's globals (the prelude's), `global` lines kept for those it binds at the top."""
+    bound = sorted({t.id for n in tree.body if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)})
+    head = f"    global {', '.join(bound)}\n" if bound else ""
+    return "def _excerpt():\n" + head + textwrap.indent(src, "    ") + "\n\n\n_excerpt()\n"
 
 
 def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared:
@@ -222,6 +256,13 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
     plan["zero_stage"] = 1 if needs_zero else 0
     # a Hugging Face style call on the prelude's batch: model(**batch).loss
     plan["hf_batches"] = bool(_HF_CALL.search(src)) and bool(given & BATCH_NAMES)
+    pipeline = sorted(set(_PIPELINE_CALL.findall(src))) if given & (ENGINE_NAMES | {"model", "net"}) else []
+    plan["pipeline"] = bool(pipeline)
+    plan["arg_counts"] = counts_read(tree, given)
+    plan["mpu_grid"] = "mpu" in given and bool(re.search(r"\bmpu\.\w+\s*\(", src))
+    if returns_at_top(tree):
+        src = as_function_body(src, tree)
+        adaptations.append("an excerpt of a function's body (it returns): run as the body of a function called once")
     files = {"snippet.py": src, "prelude.py": driver("prelude.py"), "plan.json": json.dumps(plan), "main.py": driver("python_main.py")}
     if stand_ins:
         files["hub_stand_in.py"] = driver("hub_stand_in.py")
@@ -232,6 +273,14 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
     if plan["hf_batches"]:
         adaptations.append("the prelude's batches are dicts of input_ids and labels, and its tiny model answers model(**batch) "
                            "with .loss and .logits, as a Hugging Face model does")
+    if pipeline:
+        adaptations.append(f"the prelude's model is a PipelineModule of the tiny model's layers (one stage, MSE loss) and its engine "
+                           f"deepspeed's PipelineEngine: {', '.join(f'`{m}`' for m in pipeline)} {'is' if len(pipeline) == 1 else 'are'} "
+                           "the pipeline engine's")
+    for name in plan["arg_counts"]:
+        adaptations.append(f"args.{name} (its page's own command-line flag, read as a count) set to 2")
+    if plan["mpu_grid"]:
+        adaptations.append("mpu: deepspeed's PipelineParallelGrid over one process (pipe, model and data parallel size 1)")
     if saved_checkpoint:
         adaptations.append("a real ZeRO stage 2 checkpoint of the prelude's tiny model (one training step) saved to 'checkpoints', "
                            "tag 'step0', before the snippet: the state an earlier step of its page writes")

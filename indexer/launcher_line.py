@@ -84,7 +84,7 @@ def parse_launcher(words: list[str]) -> tuple[Any | None, str]:
 
 def fill_placeholders(words: list[str]) -> tuple[list[str], list[str]]:
     """A launcher line's placeholders filled so it can run: a choice takes its first option, a count
-    flag 1, a script our tiny training script, anything else the word `x`; elided arguments are
+    flag 1, a script our tiny training script, a range or list (of cores) 0, anything else the word `x`; elided arguments are
     dropped. Each filling is named (a run says what was done)."""
     out: list[str] = []
     notes: list[str] = []
@@ -104,6 +104,8 @@ def fill_placeholders(words: list[str]) -> tuple[list[str], list[str]]:
         if word.startswith("-") and "=" in word:  # --hostfile=<hostfile>: the flag's own value
             flag = word.split("=", 1)[0]
         value = "1" if flag in _NUMERIC_FLAGS or re.search(r"num|gpus|nodes|port|rank|size", word, re.I) else "x"
+        if value == "x" and re.search(r"range|core|list", f"{flag} {word}", re.I):  # --bind_core_list <comma-separated-dash-range>
+            value = "0"  # the first core (device) alone: a range of one
         if value == "x" and (word.endswith(".py>") or "script" in word.lower() or (
                 i > 0 and not flag.startswith("-") and not word.startswith("-") and ".py" not in " ".join(out))):
             value = "train.py"

@@ -119,7 +119,9 @@ def test_a_fragment_reading_a_zero_checkpoint_runs_against_a_real_one(runner: Lo
 # - a manual backward of the scaled loss (refused by a ZeRO stage 0 engine) and moving the optimizer's states off the
 #   device and back, on the stage 1 engine the plan asks for;
 # - the ALST page's activation-offload fragment, which calls its model Hugging Face style (`model(**batch).loss`)
-#   inside deepspeed's offloading context, on dict batches and the tiny model's HF-style output
+#   inside deepspeed's offloading context, on dict batches and the tiny model's HF-style output;
+# - the pipeline page's loop (`engine.train_batch`, `args.steps`) on a one-stage PipelineEngine; the custom model
+#   parallelism page's mpu calls on deepspeed's own grid; a method body's excerpt that returns
 PAGE_STATE_FRAGMENTS = [
     ("from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum\n"
      "for batch in data_loader:\n    loss = model_engine(batch)\n    model_engine.scale(loss).backward()\n    model_engine.step()\n"
@@ -130,10 +132,16 @@ PAGE_STATE_FRAGMENTS = [
      "ctx = get_checkpoint_hidden_states_offloading_ctx_manager()\nwith ctx:\n"
      "    loss = model(**batch).loss\n    loss.backward()\nassert loss.item() > 0 and model(**batch).logits.shape == batch['labels'].shape\n",
      "dicts of input_ids and labels"),
+    ("train_loader = deepspeed.utils.RepeatingLoader(train_loader)\ntrain_iter = iter(train_loader)\n"
+     "for step in range(args.steps):\n    loss = engine.train_batch(data_iter=train_iter)\n"
+     "assert type(engine).__name__ == 'PipelineEngine' and engine.global_steps == 2\n", "deepspeed's PipelineEngine"),
+    ("assert mpu.get_model_parallel_world_size() == 1 and mpu.get_data_parallel_rank() == 0\n"
+     "print(mpu.get_data_parallel_group())\n", "PipelineParallelGrid"),
+    ("y = self(x)\nassert y.shape == x.shape\nreturn y\n", "run as the body of a function"),
 ]
 
 
-@pytest.mark.parametrize(("code", "adaptation"), PAGE_STATE_FRAGMENTS, ids=["zero-engine-calls", "hugging-face-call"])
+@pytest.mark.parametrize(("code", "adaptation"), PAGE_STATE_FRAGMENTS, ids=["zero-engine-calls", "hugging-face-call", "pipeline-engine", "mpu-grid", "method-body"])
 def test_a_fragment_runs_on_the_page_state_the_harness_builds(runner: LocalRunner, code: str, adaptation: str) -> None:
     r = runner.run(RunRequest(kind="python", code=code, timeout_s=300))
     assert r.status == "passed", (r.reason, r.stderr[-2000:])

@@ -167,6 +167,46 @@ def test_a_fragment_calling_a_model_hugging_face_style_gets_dict_batches() -> No
         assert json.loads(p.files["plan.json"])["hf_batches"] is False and not any("dicts of input_ids" in a for a in p.adaptations)
 
 
+def test_a_fragment_calling_the_pipeline_engine_gets_one() -> None:
+    """`engine.train_batch()` (or a model built into one) is the pipeline engine's: the plan asks for a PipelineModule
+    and says so; a flag of the page's own script read as a count (`range(args.steps)`) is set to 2 and said; an
+    engine call of every engine, or `args` read otherwise, changes nothing."""
+    p = prepare("python", "train_iter = iter(train_loader)\nfor step in range(args.steps):\n    loss = engine.train_batch(data_iter=train_iter)\n", CPU)
+    plan = json.loads(p.files["plan.json"])
+    assert plan["pipeline"] is True and plan["arg_counts"] == ["steps"]
+    assert any("PipelineModule" in a and "`train_batch` is the pipeline engine's" in a for a in p.adaptations)
+    assert "args.steps (its page's own command-line flag, read as a count) set to 2" in p.adaptations
+    for other in ("engine.train()\nprint(args.local_rank)\n", "for i in range(3):\n    loss = engine(batch)\n"):
+        plan = json.loads(prepare("python", other, CPU).files["plan.json"])
+        assert plan["pipeline"] is False and plan["arg_counts"] == [], other
+
+
+def test_mpu_is_deepspeeds_grid_only_when_its_methods_are_called() -> None:
+    p = prepare("python", "mpu.get_model_parallel_rank()\nmpu.get_data_parallel_group()\n", CPU)
+    assert json.loads(p.files["plan.json"])["mpu_grid"] is True and any("PipelineParallelGrid" in a for a in p.adaptations)
+    p = prepare("python", "engine, _, _, _ = deepspeed.initialize(model=model, mpu=mpu, config=ds_config)\n", CPU)
+    assert json.loads(p.files["plan.json"])["mpu_grid"] is False  # passed along as None, as before
+
+
+def test_a_function_body_excerpt_runs_inside_a_function() -> None:
+    """A `return` outside any function is an excerpt of a method's body: it runs as the body of a function called
+    once (the static check calls it an excerpt too); a fragment whose returns are inside its own functions is as written."""
+    p = prepare("python", "y = self(x)\nreturn y\n", CPU)
+    assert p.files["snippet.py"].startswith("def _excerpt():\n    global y\n    y = self(x)\n    return y\n")
+    assert p.files["snippet.py"].rstrip().endswith("_excerpt()")
+    assert "an excerpt of a function's body (it returns): run as the body of a function called once" in p.adaptations
+    own = "def f(a):\n    return a + 1\n\nprint(f(1))\n"
+    p = prepare("python", own, CPU)
+    assert p.files["snippet.py"] == own and not any("excerpt of a function" in a for a in p.adaptations)
+
+
+def test_a_partial_optimizer_offload_gets_deepspeeds_cpu_adam() -> None:
+    cfg, notes = adapt_config({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})
+    assert cfg["optimizer"] == {"type": "AdamW", "params": {"lr": 1e-3}} and any("DeepSpeedCPUAdam" in n and "ratio 0.3" in n for n in notes)
+    cfg, notes = adapt_config({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 1}}})
+    assert cfg["optimizer"]["params"]["torch_adam"] is True  # a whole offload keeps the base's torch AdamW
+
+
 def test_launcher_and_hostfile_are_rewritten_for_this_machine() -> None:
     p = prepare("launcher", "NCCL_DEBUG=INFO deepspeed train.py --deepspeed --deepspeed_config ds_config.json", CPU)
     assert p.argv[1:4] == ["-m", "deepspeed.launcher.runner", "--num_gpus"] and "train.py" in p.argv
@@ -374,6 +414,8 @@ def test_placeholders_are_filled_and_named() -> None:
 
     words, notes = fill_placeholders(["deepspeed", "--num_gpus", "<num_gpus>", "<client_entry.py>", "--launcher=[pdsh|openmpi]", "..."])
     assert words == ["deepspeed", "--num_gpus", "1", "train.py", "--launcher=pdsh"] and len(notes) == 4
+    words, notes = fill_placeholders(["deepspeed", "--bind_cores_to_rank", "--bind_core_list", "<comma-separated-dash-range>", "t.py"])
+    assert words[3] == "0" and notes == ["placeholder <comma-separated-dash-range> filled with 0"]  # a range of one core, not `x`
     text, notes = fill_config_placeholders('{"offload_param": {"device": "[cpu|nvme]", "pin_memory": [true|false]}, "mp": MP_SIZE}')
     assert json.loads(text) == {"offload_param": {"device": "cpu", "pin_memory": True}, "mp": 1} and len(notes) == 3
 

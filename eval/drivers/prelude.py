@@ -1,22 +1,25 @@
 """dsqa's prelude for doc fragments: the names they assume, built only when a snippet uses them
 without defining them (eval/programs.py finds those names with ast).
 
-model / net: a tiny MLP (16 -> 32 -> 16); calling it with (x, y) or a batch tuple returns the MSE loss; called
+model / net: a tiny MLP (16 -> 32 -> 16), or its layers as a one-stage PipelineModule (`pipeline_model`) when
+the fragment calls the pipeline engine's train_batch / eval_batch; calling it with (x, y) or a batch tuple returns the MSE loss; called
 Hugging Face style, model(input_ids=..., labels=...), it returns an output with .loss and .logits (`HfOutput`), and a
 fragment that calls model(**batch) gets its batches as dicts of input_ids and labels.
 optimizer: torch AdamW over model's parameters. engine / model_engine / ds_engine: deepspeed.initialize
 of that model with `ds_config` (ZeRO stage 0, or the stage the plan asks for when the fragment calls what only a
 ZeRO optimizer has). ds_config / config: {"train_micro_batch_size_per_gpu": 2, torch AdamW}
 (no optimizer block when the snippet passes its own optimizer=; for init_inference {} on a GPU, {"dtype": float32} on a CPU). args / cmd_args: argparse.Namespace
-with local_rank=0, deepspeed=True, deepspeed_config=<path of ds_config.json>. data_loader and friends:
+with local_rank=0, deepspeed=True, deepspeed_config=<path of ds_config.json>, and 2 for each attribute the
+fragment reads as a count (`range(args.steps)`). data_loader and friends:
 a list of 4 (x, y) batches of 2; dataset: a TensorDataset of 8. batch / inputs / labels / x / y: one
 batch. loss: the model's loss on that batch. criterion / loss_fn: MSELoss. device: the engine's
 device. local_rank / rank: 0; world_size: 1. save_dir, ckpt_dir, checkpoint_dir, load_dir: "checkpoints";
 ckpt_id / tag: "step0"; client_sd / client_state: {}; a fragment that reads a ZeRO checkpoint back (zero_to_fp32) and saves
-none finds a real one there (`save_zero_checkpoint`). step / epoch: 0. mpu: None. self / module: the
+none finds a real one there (`save_zero_checkpoint`). step / epoch: 0. mpu: None, or deepspeed's PipelineParallelGrid
+over the one process when the fragment calls its methods (`one_process_grid`). self / module: the
 tiny model (a method-body excerpt sets its attributes on it). parser: an ArgumentParser;
 get_argument_parser (a tutorial script's own parser factory): ArgumentParser.
-micro_batch_size: 2; sequence_parallel_size: 1; trainset: the dataset; dtype: float32; data_iter: an
+micro_batch_size: 2; sequence_parallel_size: 1; trainset: the dataset; cifar_trainset: a function returning it; dtype: float32; data_iter: an
 iterator over the batches; tensor: one input; chunk_size: 2; output_dir / output_file: "out" /
 "out/result.txt". Model / MyLargeModel / Net: the tiny model's class; weight_shape: (16, 16);
 num_features: 16. optimizer_grouped_parameters / optimizer_parameters / param_groups / grouped_parameters:
@@ -82,8 +85,30 @@ def save_zero_checkpoint(device, folder="checkpoints", tag="step0"):
     engine.save_checkpoint(folder, tag=tag)
 
 
+def pipeline_model():
+    """The tiny model's layers as a one-stage PipelineModule with an MSE loss (distributed started first: the
+    module reads the world size)."""
+    import deepspeed
+    from deepspeed.pipe import PipelineModule
+
+    deepspeed.init_distributed()
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(D, 32), torch.nn.ReLU(), torch.nn.Linear(32, D)]
+    return PipelineModule(layers=layers, num_stages=1, loss_fn=torch.nn.MSELoss())
+
+
+def one_process_grid():
+    """deepspeed's own model-parallel unit over one process: the mpu interface (get_model_parallel_rank,
+    get_data_parallel_group...) that Megatron passes to deepspeed.initialize."""
+    import deepspeed
+    from deepspeed.runtime.pipe.topology import PipelineParallelGrid, PipeModelDataParallelTopology
+
+    deepspeed.init_distributed()
+    return PipelineParallelGrid(topology=PipeModelDataParallelTopology(num_pp=1, num_mp=1, num_dp=1))
+
+
 def provide(names, client_optimizer=False, device="cpu", inference=False, config_in_call=False, saved_checkpoint=False, zero_stage=0,
-            hf_batches=False):
+            hf_batches=False, pipeline=False, arg_counts=(), mpu_grid=False):
     names = set(names)
     dev = torch.device("cuda" if device == "cuda" and torch.cuda.is_available() else "cpu")
     g = {}
@@ -94,7 +119,7 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
 
         g["get_accelerator"] = get_accelerator
     torch.manual_seed(0)
-    model = TinyModel().to(dev)
+    model = pipeline_model().to(dev) if pipeline else TinyModel().to(dev)
     cfg = {"train_micro_batch_size_per_gpu": 2}
     if zero_stage:  # a fragment calling what only a ZeRO optimizer has (offload_states, the scale of a manual backward)
         cfg["zero_optimization"] = {"stage": zero_stage}
@@ -115,7 +140,7 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
         "x": first[0], "y": first[1], "criterion": torch.nn.MSELoss(), "loss_fn": torch.nn.MSELoss(),
         "local_rank": 0, "rank": 0, "world_size": 1, "save_dir": "checkpoints", "ckpt_dir": "checkpoints",
         "checkpoint_dir": "checkpoints", "load_dir": "checkpoints", "ckpt_id": "step0", "tag": "step0",
-        "client_sd": {}, "client_state": {}, "step": 0, "epoch": 0, "mpu": None,
+        "client_sd": {}, "client_state": {}, "step": 0, "epoch": 0, "mpu": one_process_grid() if mpu_grid else None,
         "parameters": model.parameters(), "model_parameters": model.parameters(), "params": model.parameters(),
         "self": model, "module": model, "parser": argparse.ArgumentParser(), "get_argument_parser": argparse.ArgumentParser, "micro_batch_size": 2,
         "sequence_parallel_size": 1, "dtype": torch.float32, "data_iter": iter(batches), "tensor": first[0],
@@ -127,11 +152,12 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
     for n in ("data_loader", "dataloader", "train_loader", "trainloader", "train_dataloader"):
         simple[n] = batches
     os.makedirs("out", exist_ok=True)
-    for n in ("dataset", "train_dataset", "training_data", "trainset", "cifar_trainset"):
+    for n in ("dataset", "train_dataset", "training_data", "trainset"):
         simple[n] = torch.utils.data.TensorDataset(torch.randn(8, D), torch.randn(8, D))
+    simple["cifar_trainset"] = lambda *a, **k: simple["trainset"]  # the pipeline page's own loader function
     # deepspeed.initialize refuses a config both in args and in the call: a snippet passing config= gets args without one
     args = argparse.Namespace(local_rank=0, deepspeed=True, deepspeed_config=None if config_in_call else "ds_config.json", deepscale=False,
-                              deepscale_config=None, deepspeed_mpi=False)
+                              deepscale_config=None, deepspeed_mpi=False, **{n: 2 for n in arg_counts})
     simple["args"] = simple["cmd_args"] = args
     for n in names & set(simple):
         g[n] = simple[n]

@@ -13,10 +13,7 @@ init = {}
 if plan["names"]:
     import prelude
 
-    init = prelude.provide(plan["names"], client_optimizer=plan.get("client_optimizer", False), device=plan.get("device", "cpu"),
-                           inference=plan.get("inference", False), config_in_call=plan.get("config_in_call", False),
-                           saved_checkpoint=plan.get("saved_checkpoint", False), zero_stage=plan.get("zero_stage", 0),
-                           hf_batches=plan.get("hf_batches", False))
+    init = prelude.provide(plan["names"], **{k: v for k, v in plan.items() if k not in ("names", "stand_ins")})
 if plan.get("stand_ins"):  # tiny local models for the Hub ids the snippet names (it has no network)
     import hub_stand_in
 
