@@ -258,7 +258,7 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
     plan["hf_batches"] = bool(_HF_CALL.search(src)) and bool(given & BATCH_NAMES)
     pipeline = sorted(set(_PIPELINE_CALL.findall(src))) if given & (ENGINE_NAMES | {"model", "net"}) else []
     plan["pipeline"] = bool(pipeline)
-    plan["arg_counts"] = counts_read(tree, given)
+    plan["arg_counts"] = arg_counts = counts_read(tree, given)
     plan["mpu_grid"] = "mpu" in given and bool(re.search(r"\bmpu\.\w+\s*\(", src))
     if returns_at_top(tree):
         src = as_function_body(src, tree)
@@ -277,7 +277,7 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
         adaptations.append(f"the prelude's model is a PipelineModule of the tiny model's layers (one stage, MSE loss) and its engine "
                            f"deepspeed's PipelineEngine: {', '.join(f'`{m}`' for m in pipeline)} {'is' if len(pipeline) == 1 else 'are'} "
                            "the pipeline engine's")
-    for name in plan["arg_counts"]:
+    for name in arg_counts:
         adaptations.append(f"args.{name} (its page's own command-line flag, read as a count) set to 2")
     if plan["mpu_grid"]:
         adaptations.append("mpu: deepspeed's PipelineParallelGrid over one process (pipe, model and data parallel size 1)")
