@@ -153,9 +153,10 @@ CHECKPOINT_FOLDERS = frozenset({"save_dir", "ckpt_dir", "checkpoint_dir", "load_
 ENGINE_NAMES = frozenset({"engine", "model_engine", "ds_engine"})
 BATCH_NAMES = frozenset({"batch", "data_loader", "dataloader", "train_loader", "trainloader", "train_dataloader", "data_iter"})
 _HF_CALL = re.compile(r"\(\s*\*\*\s*batch\s*\)")  # model(**batch), model_engine(**batch)
+_TENSOR_BATCH = re.compile(r"\bbatch\.(split|chunk)\s*\(")  # a batch cut into micro-batches: one tensor, not a tuple
 # an engine call that only a ZeRO optimizer serves: moving its states off the device and back, and the loss scaling of a
 # manual `loss.backward()` (deepspeed refuses a direct tensor.backward() under ZeRO stage 0)
-_ZERO_ENGINE_CALL = re.compile(r"\b(?:engine|model_engine|ds_engine)\.(offload_states|reload_states|scale)\s*\(")
+_ZERO_ENGINE_CALL = re.compile(r"\b(?:engine|model_engine|ds_engine)\.(offload_states|reload_states|scale|coalesce_grad_reduction)\s*\(")
 # a call only deepspeed's pipeline engine serves: the pipeline tutorial's loops, on an engine or on one built from `model`/`net`
 _PIPELINE_CALL = re.compile(r"\.(train_batch|eval_batch)\s*\(")
 COUNT_ARGS = frozenset({"args", "cmd_args"})
@@ -256,6 +257,7 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
     plan["zero_stage"] = 1 if needs_zero else 0
     # a Hugging Face style call on the prelude's batch: model(**batch).loss
     plan["hf_batches"] = bool(_HF_CALL.search(src)) and bool(given & BATCH_NAMES)
+    plan["tensor_batches"] = not plan["hf_batches"] and bool(_TENSOR_BATCH.search(src)) and bool(given & BATCH_NAMES)
     pipeline = sorted(set(_PIPELINE_CALL.findall(src))) if given & (ENGINE_NAMES | {"model", "net"}) else []
     plan["pipeline"] = bool(pipeline)
     plan["arg_counts"] = arg_counts = counts_read(tree, given)
@@ -270,6 +272,9 @@ def prepare_python(code: str, caps: Capabilities, context: str = "") -> Prepared
     if needs_zero:
         adaptations.append(f"the prelude's engine runs ZeRO stage 1 (its default is stage 0): {', '.join(f'`{m}`' for m in needs_zero)} "
                            f"{'needs' if len(needs_zero) == 1 else 'need'} a ZeRO optimizer")
+    if plan["tensor_batches"]:
+        adaptations.append("the prelude's batches are single tensors (inputs and targets side by side), which its tiny model "
+                           "answers with the loss: the batch is cut with .split/.chunk and each piece passed to the model alone")
     if plan["hf_batches"]:
         adaptations.append("the prelude's batches are dicts of input_ids and labels, and its tiny model answers model(**batch) "
                            "with .loss and .logits, as a Hugging Face model does")

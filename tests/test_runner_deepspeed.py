@@ -121,7 +121,8 @@ def test_a_fragment_reading_a_zero_checkpoint_runs_against_a_real_one(runner: Lo
 # - the ALST page's activation-offload fragment, which calls its model Hugging Face style (`model(**batch).loss`)
 #   inside deepspeed's offloading context, on dict batches and the tiny model's HF-style output;
 # - the pipeline page's loop (`engine.train_batch`, `args.steps`) on a one-stage PipelineEngine; the custom model
-#   parallelism page's mpu calls on deepspeed's own grid; a method body's excerpt that returns
+#   parallelism page's mpu calls on deepspeed's own grid; a method body's excerpt that returns; the training page's
+#   coalesced gradient reduction, cutting each batch with batch.split on a ZeRO stage 1 engine
 PAGE_STATE_FRAGMENTS = [
     ("from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum\n"
      "for batch in data_loader:\n    loss = model_engine(batch)\n    model_engine.scale(loss).backward()\n    model_engine.step()\n"
@@ -138,10 +139,13 @@ PAGE_STATE_FRAGMENTS = [
     ("assert mpu.get_model_parallel_world_size() == 1 and mpu.get_data_parallel_rank() == 0\n"
      "print(mpu.get_data_parallel_group())\n", "PipelineParallelGrid"),
     ("y = self(x)\nassert y.shape == x.shape\nreturn y\n", "run as the body of a function"),
+    ("for batch in data_loader:\n    chunks = batch.split(chunk_size)\n    with model_engine.coalesce_grad_reduction():\n"
+     "        for chunk in chunks:\n            loss = model_engine(chunk)\n            model_engine.backward(loss)\n"
+     "    model_engine.step()\nassert loss.dim() == 0 and model_engine.global_steps == len(data_loader)\n", "single tensors"),
 ]
 
 
-@pytest.mark.parametrize(("code", "adaptation"), PAGE_STATE_FRAGMENTS, ids=["zero-engine-calls", "hugging-face-call", "pipeline-engine", "mpu-grid", "method-body"])
+@pytest.mark.parametrize(("code", "adaptation"), PAGE_STATE_FRAGMENTS, ids=["zero-engine-calls", "hugging-face-call", "pipeline-engine", "mpu-grid", "method-body", "coalesced-reduction"])
 def test_a_fragment_runs_on_the_page_state_the_harness_builds(runner: LocalRunner, code: str, adaptation: str) -> None:
     r = runner.run(RunRequest(kind="python", code=code, timeout_s=300))
     assert r.status == "passed", (r.reason, r.stderr[-2000:])

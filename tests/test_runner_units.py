@@ -181,6 +181,20 @@ def test_a_fragment_calling_the_pipeline_engine_gets_one() -> None:
         assert plan["pipeline"] is False and plan["arg_counts"] == [], other
 
 
+def test_a_fragment_cutting_its_batch_gets_tensor_batches() -> None:
+    """`batch.split(chunk_size)` on the prelude's batch: one tensor per batch (the tiny model answers it with the loss),
+    said; `coalesce_grad_reduction` asks for a ZeRO engine; a fragment that only iterates its batches keeps tuples."""
+    code = ("for batch in data_loader:\n    chunks = batch.split(chunk_size)\n    with model_engine.coalesce_grad_reduction():\n"
+            "        for chunk in chunks:\n            model_engine.backward(model_engine(chunk))\n    model_engine.step()\n")
+    p = prepare("python", code, CPU)
+    plan = json.loads(p.files["plan.json"])
+    assert plan["tensor_batches"] is True and plan["zero_stage"] == 1
+    assert any("single tensors (inputs and targets side by side)" in a for a in p.adaptations)
+    for other in ("for batch in data_loader:\n    loss = model_engine(batch)\n", "x = torch.ones(4)\nparts = x.split(2)\n"):
+        plan = json.loads(prepare("python", other, CPU).files["plan.json"])
+        assert plan["tensor_batches"] is False, other
+
+
 def test_mpu_is_deepspeeds_grid_only_when_its_methods_are_called() -> None:
     p = prepare("python", "mpu.get_model_parallel_rank()\nmpu.get_data_parallel_group()\n", CPU)
     assert json.loads(p.files["plan.json"])["mpu_grid"] is True and any("PipelineParallelGrid" in a for a in p.adaptations)

@@ -4,7 +4,8 @@ without defining them (eval/programs.py finds those names with ast).
 model / net: a tiny MLP (16 -> 32 -> 16), or its layers as a one-stage PipelineModule (`pipeline_model`) when
 the fragment calls the pipeline engine's train_batch / eval_batch; calling it with (x, y) or a batch tuple returns the MSE loss; called
 Hugging Face style, model(input_ids=..., labels=...), it returns an output with .loss and .logits (`HfOutput`), and a
-fragment that calls model(**batch) gets its batches as dicts of input_ids and labels.
+fragment that calls model(**batch) gets its batches as dicts of input_ids and labels, and one that cuts its batch with
+batch.split / batch.chunk gets each batch as one tensor (inputs and targets side by side), which the model answers with the loss.
 optimizer: torch AdamW over model's parameters. engine / model_engine / ds_engine: deepspeed.initialize
 of that model with `ds_config` (ZeRO stage 0, or the stage the plan asks for when the fragment calls what only a
 ZeRO optimizer has). ds_config / config: {"train_micro_batch_size_per_gpu": 2, torch AdamW}
@@ -44,6 +45,7 @@ class TinyModel(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.net = torch.nn.Sequential(torch.nn.Linear(D, 32), torch.nn.ReLU(), torch.nn.Linear(32, D))
+        self.paired = False  # True when the prelude's batches are tensors of inputs and targets side by side
 
     def forward(self, x=None, y=None, *rest, input_ids=None, labels=None, **kwargs):
         if x is None and input_ids is not None:  # a Hugging Face style call, model(**batch): an output with .loss and .logits
@@ -53,6 +55,8 @@ class TinyModel(torch.nn.Module):
             x, y = x[0], (x[1] if len(x) > 1 else None)
         if isinstance(x, dict):
             x, y = x.get("input_ids", next(iter(x.values()))), x.get("labels")
+        if y is None and self.paired and isinstance(x, torch.Tensor) and x.shape[-1] == 2 * D:  # inputs and targets side by side
+            x, y = x[..., :D], x[..., D:]
         dtype = next(self.parameters()).dtype
         out = self.net(x.to(dtype))
         return torch.nn.functional.mse_loss(out.float(), y.float()) if y is not None else out
@@ -108,7 +112,7 @@ def one_process_grid():
 
 
 def provide(names, client_optimizer=False, device="cpu", inference=False, config_in_call=False, saved_checkpoint=False, zero_stage=0,
-            hf_batches=False, pipeline=False, arg_counts=(), mpu_grid=False):
+            hf_batches=False, pipeline=False, arg_counts=(), mpu_grid=False, tensor_batches=False):
     names = set(names)
     dev = torch.device("cuda" if device == "cuda" and torch.cuda.is_available() else "cpu")
     g = {}
@@ -120,6 +124,7 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
         g["get_accelerator"] = get_accelerator
     torch.manual_seed(0)
     model = pipeline_model().to(dev) if pipeline else TinyModel().to(dev)
+    model.paired = tensor_batches
     cfg = {"train_micro_batch_size_per_gpu": 2}
     if zero_stage:  # a fragment calling what only a ZeRO optimizer has (offload_states, the scale of a manual backward)
         cfg["zero_optimization"] = {"stage": zero_stage}
@@ -131,7 +136,10 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
     batches = [(torch.randn(2, D, device=dev), torch.randn(2, D, device=dev)) for _ in range(4)]
     if hf_batches:  # a fragment calling model(**batch): its page's batches are a tokenizer's dicts
         batches = [{"input_ids": x, "labels": y} for x, y in batches]
-    first = (batches[0]["input_ids"], batches[0]["labels"]) if hf_batches else batches[0]
+    if tensor_batches:  # a fragment cutting its batch into micro-batches (batch.split): one tensor per batch
+        batches = [torch.cat([x, y], dim=-1) for x, y in batches]
+    first = (batches[0]["input_ids"], batches[0]["labels"]) if hf_batches else \
+        (batches[0][..., :D], batches[0][..., D:]) if tensor_batches else batches[0]
     # init_inference's own default dtype is fp16, which a CPU does not run: the CPU prelude asks for fp32
     infer_cfg = {} if dev.type == "cuda" else {"dtype": torch.float32}
     simple = {
@@ -179,7 +187,7 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
                 if n in names:
                     g[n] = sched
         if "loss" in names:
-            g["loss"] = model(**batches[0]).loss if hf_batches else model(*batches[0])
+            g["loss"] = model(**batches[0]).loss if hf_batches else model(batches[0]) if tensor_batches else model(*batches[0])
     os.makedirs("checkpoints", exist_ok=True)
     if saved_checkpoint:  # a fragment reading back what an earlier step of its page saved
         save_zero_checkpoint(dev)
