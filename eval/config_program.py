@@ -36,6 +36,7 @@ BASE_CONFIG: dict[str, Any] = {
     "train_micro_batch_size_per_gpu": 2,
     "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
 }
+DEEPSPEED_ADAMW: dict[str, Any] = {"type": "AdamW", "params": {"lr": 1e-3}}  # deepspeed's own AdamW (its CPU Adam under an optimizer offload)
 _BATCH = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
 
@@ -51,11 +52,11 @@ def adapt_config(cfg: dict[str, Any], world_size: int = 1) -> tuple[dict[str, An
         offload = zero_block.get("offload_optimizer") if isinstance(zero_block, dict) else None
         ratio = offload.get("ratio") if isinstance(offload, dict) else None
         if isinstance(zero_block, dict) and "zenflow" in zero_block:  # ZenFlow brings its own AdamW, which takes no torch_adam
-            cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-3}}
+            cfg["optimizer"] = json.loads(json.dumps(DEEPSPEED_ADAMW))
             notes.append("no optimizer block: AdamW (lr 1e-3) added")
         elif isinstance(ratio, int | float) and not isinstance(ratio, bool) and ratio < 1:
             # a partial optimizer offload steps part of the optimizer on the CPU with deepspeed's own CPU Adam only
-            cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 1e-3}}
+            cfg["optimizer"] = json.loads(json.dumps(DEEPSPEED_ADAMW))
             notes.append(f"no optimizer block: deepspeed's AdamW (lr 1e-3) added, which it runs as DeepSpeedCPUAdam: the partial "
                          f"optimizer offload (ratio {ratio}) takes no other")
         else:

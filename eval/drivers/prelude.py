@@ -96,9 +96,7 @@ def pipeline_model():
     from deepspeed.pipe import PipelineModule
 
     deepspeed.init_distributed()
-    torch.manual_seed(0)
-    layers = [torch.nn.Linear(D, 32), torch.nn.ReLU(), torch.nn.Linear(32, D)]
-    return PipelineModule(layers=layers, num_stages=1, loss_fn=torch.nn.MSELoss())
+    return PipelineModule(layers=list(TinyModel().net), num_stages=1, loss_fn=torch.nn.MSELoss())
 
 
 def one_process_grid():
@@ -134,12 +132,11 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
     with open("ds_config.json", "w") as f:
         json.dump(cfg, f)
     batches = [(torch.randn(2, D, device=dev), torch.randn(2, D, device=dev)) for _ in range(4)]
+    first = batches[0]  # (inputs, targets) of one batch, whatever shape the fragment's batches take
     if hf_batches:  # a fragment calling model(**batch): its page's batches are a tokenizer's dicts
         batches = [{"input_ids": x, "labels": y} for x, y in batches]
     if tensor_batches:  # a fragment cutting its batch into micro-batches (batch.split): one tensor per batch
         batches = [torch.cat([x, y], dim=-1) for x, y in batches]
-    first = (batches[0]["input_ids"], batches[0]["labels"]) if hf_batches else \
-        (batches[0][..., :D], batches[0][..., D:]) if tensor_batches else batches[0]
     # init_inference's own default dtype is fp16, which a CPU does not run: the CPU prelude asks for fp32
     infer_cfg = {} if dev.type == "cuda" else {"dtype": torch.float32}
     simple = {
@@ -187,7 +184,7 @@ def provide(names, client_optimizer=False, device="cpu", inference=False, config
                 if n in names:
                     g[n] = sched
         if "loss" in names:
-            g["loss"] = model(**batches[0]).loss if hf_batches else model(batches[0]) if tensor_batches else model(*batches[0])
+            g["loss"] = model(*first)
     os.makedirs("checkpoints", exist_ok=True)
     if saved_checkpoint:  # a fragment reading back what an earlier step of its page saved
         save_zero_checkpoint(dev)
