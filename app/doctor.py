@@ -101,9 +101,15 @@ def known_matches(known: tuple[KnownCause, ...], message: str, text: str) -> tup
     in_message.sort(key=lambda t: -len(t[1]))
     elsewhere.sort(key=lambda t: (t[1] in t[0].follow_ups, -len(t[1])))  # a follow-up after what the log shows beside it
     specific = [t for t in elsewhere if t[1] not in t[0].follow_ups and not t[0].harmless]
-    if specific and in_message and all(seen in k.follow_ups for k, seen in in_message):
-        specific.sort(key=lambda t: -whole.rfind(t[1].lower()))  # the line nearest the error first
-        return [], specific + in_message + [t for t in elsewhere if t not in specific]
+    if in_message and all(seen in k.follow_ups for k, seen in in_message):
+        # a cause the message names only by a follow-up that also shows its own line in the log stands with the
+        # other causes the log shows, so the one nearest the error leads
+        shown = [(k, own) for k, _ in in_message if (own := k.found_specific(whole))]
+        specific += shown
+        if specific:
+            specific.sort(key=lambda t: -whole.rfind(t[1].lower()))  # the line nearest the error first
+            named = {id(k) for k, _ in shown}
+            return [], specific + [t for t in in_message if id(t[0]) not in named] + [t for t in elsewhere if t not in specific]
     return in_message, elsewhere
 
 

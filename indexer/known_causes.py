@@ -62,6 +62,11 @@ class KnownCause:
         """The longest of its texts that `text` (lower-cased) holds, or ''."""
         return max((m for m, low in zip(self.matches, self._lowered, strict=True) if low in text), key=len, default="")
 
+    def found_specific(self, text: str) -> str:
+        """The longest of its texts that are no follow-up and that `text` (lower-cased) holds, or ''."""
+        return max((m for m, low in zip(self.matches, self._lowered, strict=True) if low in text and m not in self.follow_ups),
+                   key=len, default="")
+
     @cached_property
     def _lowered(self) -> tuple[str, ...]:  # every question and log is held against all of them
         return tuple(m.lower() for m in self.matches)

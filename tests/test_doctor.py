@@ -115,6 +115,14 @@ def test_a_close_known_text_keeps_its_names_and_a_follow_up_gives_way_to_the_lin
     assert "CUDA toolkit are missing" in titles[0] and any("compiler or headers" in t for t in titles[1:]), titles
     alone = diagnose("RuntimeError: Error building extension 'cpu_adam'", known=known)
     assert "compiler or headers" in alone.causes[0].title
+    # the message names the compiler's cause only by its follow-up, but the log shows that cause's own line
+    # too, nearer the error than a CUDA-version line another cause matches: the nearer one leads
+    headers = ("Installed CUDA version 12.1 does not match the version torch was compiled with 11.8 but since the APIs are "
+               "compatible, accepting this combination\nBuilding extension module cpu_adam...\n"
+               "python_headers.h:12:10: fatal error: Python.h: No such file or directory\nninja: build stopped: subcommand failed.\n"
+               "RuntimeError: Error building extension 'cpu_adam'")
+    titles = [c.title for c in diagnose(headers, known=known).causes]
+    assert "compiler or headers" in titles[0] and any("CUDA toolkit and torch disagree" in t for t in titles[1:]), titles
 
 
 def test_an_error_quoted_in_prose_or_a_cut_off_traceback_is_still_read() -> None:
