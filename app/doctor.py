@@ -98,7 +98,9 @@ def known_matches(known: tuple[KnownCause, ...], message: str, text: str) -> tup
             in_message.append((k, seen))
         elif seen := k.found_in(whole):
             elsewhere.append((k, seen))
-    in_message.sort(key=lambda t: -len(t[1]))
+    # longest first; between causes the message names by the same text, the one whose other texts the log
+    # shows too ("--auto_find_batch_size" beside "'NoneType' object has no attribute 'backward'")
+    in_message.sort(key=lambda t: (-len(t[1]), -t[0].texts_in(whole)))
     elsewhere.sort(key=lambda t: (t[1] in t[0].follow_ups, -len(t[1])))  # a follow-up after what the log shows beside it
     specific = [t for t in elsewhere if t[1] not in t[0].follow_ups and not t[0].harmless]
     if in_message and all(seen in k.follow_ups for k, seen in in_message):

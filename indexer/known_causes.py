@@ -67,6 +67,10 @@ class KnownCause:
         return max((m for m, low in zip(self.matches, self._lowered, strict=True) if low in text and m not in self.follow_ups),
                    key=len, default="")
 
+    def texts_in(self, text: str) -> int:
+        """How many of its texts `text` (lower-cased) holds."""
+        return sum(low in text for low in self._lowered)
+
     @cached_property
     def _lowered(self) -> tuple[str, ...]:  # every question and log is held against all of them
         return tuple(m.lower() for m in self.matches)

@@ -488,3 +488,18 @@ def test_the_batch_assertion_is_worked_out_on_the_log_s_own_figures() -> None:
     assert "`train_batch_size` 64." in odd and "gradient_accumulation_steps` " not in odd  # 30 is no multiple of 32 or 16
     assert "world size of 1 is what is wrong" in batch_figures(log.replace("* 8", "* 1"))
     assert batch_figures("AssertionError: something else 32 != 4 * 2 * 8") == ""
+
+
+def test_causes_the_message_names_alike_are_told_apart_by_the_rest_of_the_log() -> None:
+    """Two known causes hold the same message ("'NoneType' object has no attribute 'backward'"); the one
+    whose other text the log shows too (the Trainer's `--auto_find_batch_size` flag) leads, and without
+    that line the note's first such cause (an evaluation before training) does."""
+    from corpus import NOTES_DIR
+    from indexer.known_causes import read_known_causes
+
+    known = read_known_causes(NOTES_DIR)
+    error = "AttributeError: 'NoneType' object has no attribute 'backward'"
+    flagged = diagnose(f"python run_clm.py --deepspeed ds.json --auto_find_batch_size True\n{error}\n", known=known)
+    assert "auto_find_batch_size" in flagged.causes[0].title
+    plain = diagnose(f"python run_clm.py --deepspeed ds.json\n{error}\n", known=known)
+    assert "auto_find_batch_size" not in plain.causes[0].title and "auto_find_batch_size" in " ".join(c.title for c in plain.causes)
