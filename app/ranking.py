@@ -1,7 +1,8 @@
 """The learned re-ranking of retrieval candidates: cheap features and a linear model over them.
 
 Each candidate passage gets a row of features (BM25 and cosine of the whole question and of its
-ask, their ranks, how much of the question the heading trail and the text cover, exact identifier
+ask, their ranks, how much of the question the heading trail and the text cover, how much of the trail the
+question does not name (idf-weighted), exact identifier
 matches, the source kind, length, the best cosine over the chunk's sentences, how close it comes to remembered questions the chunk answers; and the best cosine, BM25 and term coverage over the passage
 the chunk returns, its section span: what a reader gets and what relevance is judged on). A
 logistic-regression model trained on the `tune` split of our question set (`dsqa eval train-ranker`) turns a row into a score; its weights ship in
@@ -10,6 +11,7 @@ logistic-regression model trained on the `tune` split of our question set (`dsqa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +47,7 @@ FEATURES: tuple[str, ...] = (
     "unit_cos",  # best cosine over the chunk's sentences and list items, minus the best candidate's
     "seen",  # best cosine with a remembered tune question this chunk answers (`app/question_memory.py`)
     "seen_lex",  # the same by the questions' character n-grams (`ChunkMemory.seen_lexical`)
+    "trail_extra",  # share of the trail's idf mass the ask does not name (a page about a narrower thing: "Universal ...")
 )
 
 
@@ -126,6 +129,9 @@ class FeatureTable:
         self.hi = np.array([max(s) for s in spans], dtype=np.int64)
         self.text = _postings(t.text for t in terms)
         self.trail = _postings(t.trail for t in terms)
+        # each trail term's idf over the chunks' texts, and each trail's total
+        self.idf = {w: max(math.log(self.n / (1.0 + len(self.text.get(w, ())))), 0.0) for w in self.trail}
+        self.trail_idf = np.array([sum(self.idf[w] for w in t.trail) for t in terms], dtype=np.float64)
         self.span_text = _postings(frozenset().union(*(terms[j].text for j in s)) if len(s) > 1 else terms[i].text
                                    for i, s in enumerate(spans))
 
@@ -140,6 +146,15 @@ class FeatureTable:
             hit = postings.get(w)
             if hit is not None:
                 counts[hit] += 1.0
+        return counts
+
+    def weighted_count(self, postings: dict[str, np.ndarray], words: frozenset[str], weight: dict[str, float]) -> np.ndarray:
+        """The summed `weight` of the `words` each chunk holds (by the given posting lists)."""
+        counts = np.zeros(self.n, dtype=np.float64)
+        for w in words:
+            hit = postings.get(w)
+            if hit is not None:
+                counts[hit] += weight.get(w, 0.0)
         return counts
 
     def span_max(self, values: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -196,6 +211,9 @@ def candidate_features(ids: np.ndarray, q: QuerySignals, table: FeatureTable) ->
         rows[:, 20] = q.seen[ids]
     if q.seen_lex is not None:
         rows[:, 21] = q.seen_lex[ids]
+    total = table.trail_idf[ids]
+    named = table.weighted_count(table.trail, q.ask_terms, table.idf)[ids]
+    rows[:, 22] = np.where(total > 0, 1.0 - named / np.maximum(total, 1e-9), 0.0)
     return rows
 
 
