@@ -106,7 +106,7 @@ def known_matches(known: tuple[KnownCause, ...], message: str, text: str) -> tup
     if in_message and all(seen in k.follow_ups for k, seen in in_message):
         # a cause the message names only by a follow-up that also shows its own line in the log stands with the
         # other causes the log shows, so the one nearest the error leads
-        shown = [(k, own) for k, _ in in_message if (own := k.found_specific(whole))]
+        shown = [(k, own) for k, _ in in_message if (own := k.found_in(whole, follow_ups=False))]
         specific += shown
         if specific:
             specific.sort(key=lambda t: -whole.rfind(t[1].lower()))  # the line nearest the error first

@@ -139,22 +139,13 @@ class FeatureTable:
         """Whether any chunk's text or heading trail holds the term."""
         return term in self.text or term in self.trail
 
-    def count(self, postings: dict[str, np.ndarray], words: frozenset[str]) -> np.ndarray:
-        """How many of `words` each chunk holds (by the given posting lists)."""
+    def count(self, postings: dict[str, np.ndarray], words: frozenset[str], weight: dict[str, float] | None = None) -> np.ndarray:
+        """How many of `words` each chunk holds (by the given posting lists); with `weight`, the sum of their weights."""
         counts = np.zeros(self.n, dtype=np.float64)
         for w in words:
             hit = postings.get(w)
             if hit is not None:
-                counts[hit] += 1.0
-        return counts
-
-    def weighted_count(self, postings: dict[str, np.ndarray], words: frozenset[str], weight: dict[str, float]) -> np.ndarray:
-        """The summed `weight` of the `words` each chunk holds (by the given posting lists)."""
-        counts = np.zeros(self.n, dtype=np.float64)
-        for w in words:
-            hit = postings.get(w)
-            if hit is not None:
-                counts[hit] += weight.get(w, 0.0)
+                counts[hit] += 1.0 if weight is None else weight.get(w, 0.0)
         return counts
 
     def span_max(self, values: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -212,7 +203,7 @@ def candidate_features(ids: np.ndarray, q: QuerySignals, table: FeatureTable) ->
     if q.seen_lex is not None:
         rows[:, 21] = q.seen_lex[ids]
     total = table.trail_idf[ids]
-    named = table.weighted_count(table.trail, q.ask_terms, table.idf)[ids]
+    named = table.count(table.trail, q.ask_terms, table.idf)[ids]
     rows[:, 22] = np.where(total > 0, 1.0 - named / np.maximum(total, 1e-9), 0.0)
     return rows
 

@@ -58,14 +58,10 @@ class KnownCause:
     follow_ups: frozenset[str] = frozenset()  # those of `matches` that only report an earlier failure
     hangs: bool = False  # a cause of a job that stops making progress without an error
 
-    def found_in(self, text: str) -> str:
-        """The longest of its texts that `text` (lower-cased) holds, or ''."""
-        return max((m for m, low in zip(self.matches, self._lowered, strict=True) if low in text), key=len, default="")
-
-    def found_specific(self, text: str) -> str:
-        """The longest of its texts that are no follow-up and that `text` (lower-cased) holds, or ''."""
-        return max((m for m, low in zip(self.matches, self._lowered, strict=True) if low in text and m not in self.follow_ups),
-                   key=len, default="")
+    def found_in(self, text: str, *, follow_ups: bool = True) -> str:
+        """The longest of its texts that `text` (lower-cased) holds, or ''; without `follow_ups`, of those that are none."""
+        return max((m for m, low in zip(self.matches, self._lowered, strict=True)
+                    if low in text and (follow_ups or m not in self.follow_ups)), key=len, default="")
 
     def texts_in(self, text: str) -> int:
         """How many of its texts `text` (lower-cased) holds."""
