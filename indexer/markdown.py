@@ -25,6 +25,7 @@ _SUPERSCRIPT = re.compile(r"<sup>(.*?)</sup>", re.S)  # 2<sup>x</sup>: 2^x, not 
 _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
 _REF_LINK = re.compile(r"\[([^\]]+)\]\[[^\]]*\]")
+_FOOTNOTE = re.compile(r"^[ \t]*\[\^[^\]\s]+\]:[ \t]*|[ \t]?\[\^[^\]\s]+\]", re.M)  # "[^name]: text" keeps its text; "word[^name]" its word
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 _MULTISPACE = re.compile(r"[ \t]{2,}")
 _ESCAPE = re.compile(r"\\([_*\[\]()#`{}|<>~])")
@@ -55,6 +56,7 @@ def clean_inline(text: str) -> str:
     text = _LIQUID.sub("", text)
     text = _KRAMDOWN_IAL.sub("", text)
     text = _IMAGE.sub("", text)
+    text = _FOOTNOTE.sub("", text)
     text = _LINK.sub(r"\1", text)
     text = _REF_LINK.sub(r"\1", text)
     text = _SUPERSCRIPT.sub(lambda m: "^" + _HTML_TAG.sub("", m.group(1)), text)

@@ -88,6 +88,13 @@ def test_clean_prose_drops_html_and_liquid() -> None:
     assert clean_prose("computed as 2<sup><i>**initial_scale_power**</i></sup>.") == "computed as 2^initial_scale_power."
 
 
+def test_footnote_markers_dropped_their_text_kept() -> None:
+    # a blog's footnote definition once led an answer as "[^multi_gpu_pcie]: For multiple GPU runs, ..."
+    text = "Throughput on two GPUs[^multi_gpu_pcie] grows.\n\n[^multi_gpu_pcie]: For multiple GPU runs, we pick GPUs with their own PCIe links."
+    assert clean_prose(text) == "Throughput on two GPUs grows.\nFor multiple GPU runs, we pick GPUs with their own PCIe links."
+    assert clean_prose("a [link][ref] and [b](http://x)") == "a link and b"
+
+
 def test_snippet_kinds() -> None:
     assert classify_snippet('{"train_batch_size": 8, "fp16": {"enabled": true}}', "json")[0] == "ds_config"
     assert classify_snippet('ds_config = {"zero_optimization": {"stage": 3}}', "python")[0] == "ds_config"
