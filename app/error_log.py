@@ -69,16 +69,20 @@ def without_traceback(log: str) -> str:
 
 def last_error(text: str) -> tuple[str, str]:
     lines = text.splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        m = _EXC_LINE.match(lines[i])
-        if m and not lines[i].startswith(("  File ", "    ")):
-            message = (m.group(2) or "").strip()
-            more = []  # the message's own further lines: up to a blank line, an indented code line or a frame
-            for ln in lines[i + 1:i + 4]:
-                if not ln.strip() or ln.lstrip().startswith("[") or _NOT_AN_ERROR.match(ln):
-                    break
-                more.append(ln.strip())
-            return m.group(1).rsplit(".", 1)[-1], " ".join([message, *more]).strip()[:MAX_MESSAGE_CHARS]
+    ends = [(i, m) for i in range(len(lines) - 1, -1, -1)
+            if (m := _EXC_LINE.match(lines[i])) and not lines[i].startswith(("  File ", "    "))]
+    # an exception Python reports from a destructor ("Exception ignored in: <function DeepSpeedEngine.__del__ ...>",
+    # a half-built engine cleaned up after `deepspeed.initialize` failed) echoes an error before it: the last other one first
+    ends.sort(key=lambda end: _ignored(lines, end[0]))
+    if ends:
+        i, m = ends[0]
+        message = (m.group(2) or "").strip()
+        more = []  # the message's own further lines: up to a blank line, an indented code line or a frame
+        for ln in lines[i + 1:i + 4]:
+            if not ln.strip() or ln.lstrip().startswith(("[", "Exception ignored in")) or _NOT_AN_ERROR.match(ln):
+                break
+            more.append(ln.strip())
+        return m.group(1).rsplit(".", 1)[-1], " ".join([message, *more]).strip()[:MAX_MESSAGE_CHARS]
     inline = list(_INLINE_EXC.finditer(text))
     if inline:  # no exception line of its own: the last one the text quotes
         m = inline[-1]
@@ -88,6 +92,16 @@ def last_error(text: str) -> tuple[str, str]:
     # the last line saying something failed (not a logged warning, a comment or a bare label), else the last line
     failing = [ln for ln in tail if _FAILURE_LINE.search(ln) and not _NOT_A_FAILURE.search(ln) and len(ln.split()) > 2]
     return "", ((failing or tail)[-1][:MAX_MESSAGE_CHARS] if tail else "")
+
+
+def _ignored(lines: list[str], end: int) -> bool:
+    """Whether the exception line `end` closes a traceback Python printed under "Exception ignored in:"."""
+    i = end - 1
+    while i >= 0 and (lines[i].startswith(("  ", "\t")) or not lines[i].strip()):
+        i -= 1  # the frames and their source lines
+    if i >= 0 and lines[i].startswith("Traceback (most recent"):
+        i -= 1
+    return i >= 0 and lines[i].startswith("Exception ignored in")
 
 
 def deepspeed_frames(text: str) -> list[tuple[str, str]]:

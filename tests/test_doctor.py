@@ -229,6 +229,23 @@ def test_extraction_reads_through_ranks_colours_and_versions() -> None:
     assert "from deepspeed 0.16.4" in diagnose(log).causes[0].explanation  # another version than the catalogue's
 
 
+def test_a_destructors_echo_is_not_the_error() -> None:
+    # deepspeed.initialize fails; the half-built engine's __del__ then fails too, and Python prints that last
+    log = """Traceback (most recent call last):
+  File "train.py", line 30, in <module>
+    engine, *_ = deepspeed.initialize(model=model, config="ds.json")
+[rank0]: AssertionError: Micro batch size per gpu: 0 has to be greater than 0
+Exception ignored in: <function DeepSpeedEngine.__del__ at 0x7f3a2c1d5e10>
+Traceback (most recent call last):
+  File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/engine.py", line 512, in __del__
+    self.destroy()
+AttributeError: 'DeepSpeedEngine' object has no attribute '_deepcompile_active'
+"""
+    assert extract_error(log) == ("AssertionError", "Micro batch size per gpu: 0 has to be greater than 0")
+    echo_only = log[log.index("Exception ignored"):]
+    assert extract_error(echo_only) == ("AttributeError", "'DeepSpeedEngine' object has no attribute '_deepcompile_active'")
+
+
 def test_a_traceback_without_its_machinery_is_the_error_line_and_the_words_around_it() -> None:
     log = ("my job died:\nTraceback (most recent call last):\n  File \"train.py\", line 5, in <module>\n    main()\n"
            "[rank1]: RuntimeError: boom happened\n 45%|####      | 9/20\nany idea?")
