@@ -52,7 +52,36 @@ def clean_log(log: str) -> str:
 @lru_cache(maxsize=8)  # an error question is read by the pasted-error rules and then by the doctor: cleaned once
 def _clean_tail(tail: str) -> str:
     text = _RANK.sub("", _ANSI.sub("", tail))
-    return _LOCALISED_RE.sub(lambda m: _LOCALISED[m.group(0)], text)
+    return _without_echoes(_LOCALISED_RE.sub(lambda m: _LOCALISED[m.group(0)], text))
+
+
+def _without_echoes(text: str) -> str:
+    """The text without the tracebacks Python prints under "Exception ignored in:" (a destructor's, such as a
+    half-built DeepSpeedEngine's `__del__` after `deepspeed.initialize` failed: an echo of the error before it),
+    unless no other exception line is left."""
+    if "Exception ignored in" not in text:
+        return text
+    lines = text.splitlines()
+    echo: set[int] = set()
+    for end, line in enumerate(lines):
+        if _is_exception_line(line) and (start := _echo_start(lines, end)) is not None:
+            echo.update(range(start, end + 1))
+    kept = [ln for i, ln in enumerate(lines) if i not in echo]
+    return "\n".join(kept) if any(_is_exception_line(ln) for ln in kept) else text
+
+
+def _echo_start(lines: list[str], end: int) -> int | None:
+    """Where the "Exception ignored in" block that exception line `end` closes starts, or None."""
+    i = end - 1
+    while i >= 0 and (lines[i].startswith((" ", "\t")) or not lines[i].strip()):
+        i -= 1  # the frames and their source lines
+    if i >= 0 and lines[i].startswith("Traceback (most recent"):
+        i -= 1
+    return i if i >= 0 and lines[i].startswith("Exception ignored in") else None
+
+
+def _is_exception_line(line: str) -> bool:
+    return bool(_EXC_LINE.match(line)) and not line.startswith(("  File ", "    "))
 
 
 def extract_error(log: str) -> tuple[str, str]:
@@ -69,20 +98,16 @@ def without_traceback(log: str) -> str:
 
 def last_error(text: str) -> tuple[str, str]:
     lines = text.splitlines()
-    ends = [(i, m) for i in range(len(lines) - 1, -1, -1)
-            if (m := _EXC_LINE.match(lines[i])) and not lines[i].startswith(("  File ", "    "))]
-    # an exception Python reports from a destructor ("Exception ignored in: <function DeepSpeedEngine.__del__ ...>",
-    # a half-built engine cleaned up after `deepspeed.initialize` failed) echoes an error before it: the last other one first
-    ends.sort(key=lambda end: _ignored(lines, end[0]))
-    if ends:
-        i, m = ends[0]
-        message = (m.group(2) or "").strip()
-        more = []  # the message's own further lines: up to a blank line, an indented code line or a frame
-        for ln in lines[i + 1:i + 4]:
-            if not ln.strip() or ln.lstrip().startswith(("[", "Exception ignored in")) or _NOT_AN_ERROR.match(ln):
-                break
-            more.append(ln.strip())
-        return m.group(1).rsplit(".", 1)[-1], " ".join([message, *more]).strip()[:MAX_MESSAGE_CHARS]
+    for i in range(len(lines) - 1, -1, -1):
+        m = _EXC_LINE.match(lines[i])
+        if m and _is_exception_line(lines[i]):
+            message = (m.group(2) or "").strip()
+            more = []  # the message's own further lines: up to a blank line, an indented code line or a frame
+            for ln in lines[i + 1:i + 4]:
+                if not ln.strip() or ln.lstrip().startswith("[") or _NOT_AN_ERROR.match(ln):
+                    break
+                more.append(ln.strip())
+            return m.group(1).rsplit(".", 1)[-1], " ".join([message, *more]).strip()[:MAX_MESSAGE_CHARS]
     inline = list(_INLINE_EXC.finditer(text))
     if inline:  # no exception line of its own: the last one the text quotes
         m = inline[-1]
@@ -92,16 +117,6 @@ def last_error(text: str) -> tuple[str, str]:
     # the last line saying something failed (not a logged warning, a comment or a bare label), else the last line
     failing = [ln for ln in tail if _FAILURE_LINE.search(ln) and not _NOT_A_FAILURE.search(ln) and len(ln.split()) > 2]
     return "", ((failing or tail)[-1][:MAX_MESSAGE_CHARS] if tail else "")
-
-
-def _ignored(lines: list[str], end: int) -> bool:
-    """Whether the exception line `end` closes a traceback Python printed under "Exception ignored in:"."""
-    i = end - 1
-    while i >= 0 and (lines[i].startswith(("  ", "\t")) or not lines[i].strip()):
-        i -= 1  # the frames and their source lines
-    if i >= 0 and lines[i].startswith("Traceback (most recent"):
-        i -= 1
-    return i >= 0 and lines[i].startswith("Exception ignored in")
 
 
 def deepspeed_frames(text: str) -> list[tuple[str, str]]:
