@@ -513,6 +513,15 @@ def test_asking_what_a_named_page_is_about_leads_with_that_page(engine) -> None:
     assert [p.id for p in plain.passages] == [h.chunk.id for h in searched.hits]
 
 
+def test_apple_silicon_is_answered_from_our_note(engine) -> None:
+    """The docs never say whether a Mac's GPU works; the installed deepspeed has an MPS accelerator, and our note
+    says what it does. Before the note, "Does DeepSpeed support Apple M1 GPUs?" was answered from the Intel XPU guide."""
+    for question in ("Does DeepSpeed support Apple M1 GPUs?", "Can I train with deepspeed on my MacBook?"):
+        reply = ask(engine, AskRequest(question=question))
+        assert reply.covered and reply.passages[0].title == "DeepSpeed on Apple silicon (MPS)", (question, reply.answer)
+        assert "mps" in reply.answer.lower(), reply.answer
+
+
 def test_a_question_quoting_a_message_deepspeed_raises_is_answered(engine) -> None:
     """"I get <exception>: <message>" for messages of the error catalogue: the coverage decision refused 21 of
     40 sampled ones. The raising line and its condition answer such a question, and lead the answer."""
