@@ -526,3 +526,22 @@ def test_causes_the_message_names_alike_are_told_apart_by_the_rest_of_the_log() 
     assert "auto_find_batch_size" in flagged.causes[0].title
     plain = diagnose(f"python run_clm.py --deepspeed ds.json\n{error}\n", known=known)
     assert "auto_find_batch_size" not in plain.causes[0].title and "auto_find_batch_size" in " ".join(c.title for c in plain.causes)
+
+
+def test_mined_failures_keep_their_known_cause() -> None:
+    """Failures mined from issue threads outside every labelled log set (`tests/data/mined_error_logs.jsonl`, each
+    log trimmed from its thread; a known cause was written from each): each still gets the cause written for it
+    first, from the notes alone (no index, no retrieval). A later section whose text also shows in one of these
+    logs, or a change of the ordering, fails here by name."""
+    import json
+    from pathlib import Path
+
+    from corpus import NOTES_DIR
+    from indexer.known_causes import read_known_causes
+
+    known = read_known_causes(NOTES_DIR)
+    rows = [json.loads(line) for line in (Path(__file__).parent / "data" / "mined_error_logs.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) >= 40 and len({r["id"] for r in rows}) == len(rows)
+    wrong = [(r["id"], r["cause_title"], first.title) for r in rows
+             if (first := diagnose(r["log"], known=known).causes[0]).title != r["cause_title"]]
+    assert not wrong, wrong
