@@ -64,10 +64,10 @@ def _without_echoes(text: str) -> str:
     lines = text.splitlines()
     echo: set[int] = set()
     for end, line in enumerate(lines):
-        if _is_exception_line(line) and (start := _echo_start(lines, end)) is not None:
+        if _exception_line(line) and (start := _echo_start(lines, end)) is not None:
             echo.update(range(start, end + 1))
     kept = [ln for i, ln in enumerate(lines) if i not in echo]
-    return "\n".join(kept) if any(_is_exception_line(ln) for ln in kept) else text
+    return "\n".join(kept) if any(_exception_line(ln) for ln in kept) else text
 
 
 def _echo_start(lines: list[str], end: int) -> int | None:
@@ -80,8 +80,9 @@ def _echo_start(lines: list[str], end: int) -> int | None:
     return i if i >= 0 and lines[i].startswith("Exception ignored in") else None
 
 
-def _is_exception_line(line: str) -> bool:
-    return bool(_EXC_LINE.match(line)) and not line.startswith(("  File ", "    "))
+def _exception_line(line: str) -> re.Match[str] | None:
+    """The exception line's match (its type and message), or None: also for a traceback frame or its indented source."""
+    return None if line.startswith(("  File ", "    ")) else _EXC_LINE.match(line)
 
 
 def extract_error(log: str) -> tuple[str, str]:
@@ -99,8 +100,7 @@ def without_traceback(log: str) -> str:
 def last_error(text: str) -> tuple[str, str]:
     lines = text.splitlines()
     for i in range(len(lines) - 1, -1, -1):
-        m = _EXC_LINE.match(lines[i])
-        if m and _is_exception_line(lines[i]):
+        if m := _exception_line(lines[i]):
             message = (m.group(2) or "").strip()
             more = []  # the message's own further lines: up to a blank line, an indented code line or a frame
             for ln in lines[i + 1:i + 4]:
