@@ -112,7 +112,15 @@ def known_matches(known: tuple[KnownCause, ...], message: str, text: str) -> tup
             specific.sort(key=lambda t: -whole.rfind(t[1].lower()))  # the line nearest the error first
             named = {id(k) for k, _ in shown}
             return [], specific + [t for t in in_message if id(t[0]) not in named] + [t for t in elsewhere if t not in specific]
+    # a cause known by the frame the traceback passes through ("in compute_liger_loss"): that function is
+    # where the failure starts, whatever generic message it ends in
+    framed = [t for t in elsewhere if _FRAME_MARKER.search(t[1]) and not t[0].harmless]
+    if framed:
+        return framed + in_message, [t for t in elsewhere if t not in framed]
     return in_message, elsewhere
+
+
+_FRAME_MARKER = re.compile(r"^in [A-Za-z_]\w*$")  # a known cause's text naming a traceback frame's function
 
 
 _TOKEN = re.compile(r"[a-z0-9]+")
