@@ -1,7 +1,7 @@
 """Known causes of frequent failures: the one reader of `corpus/notes/known-errors.md`.
 
 Each `##` section of that note is one cause: its heading is the title, then lines
-`Matches:` (backquoted texts a log shows when it happens, separated by `|`; a text followed by
+`Matches:` (backquoted texts a log shows when it happens, separated by `|`, where `…` stands for any one word; a text followed by
 `(follow-up)` only reports that something failed earlier, such as "Error building extension" after a
 compiler error: a cause the log shows elsewhere goes before it), `Why:`, `Check:`,
 `Fix:` and an optional `Config:` (a ds_config fragment the validator accepts), `Harmless: yes` (a
@@ -59,17 +59,37 @@ class KnownCause:
     hangs: bool = False  # a cause of a job that stops making progress without an error
 
     def found_in(self, text: str, *, follow_ups: bool = True) -> str:
-        """The longest of its texts that `text` (lower-cased) holds, or ''; without `follow_ups`, of those that are none."""
-        return max((m for m, low in zip(self.matches, self._lowered, strict=True)
-                    if low in text and (follow_ups or m not in self.follow_ups)), key=len, default="")
+        """The longest of its texts that `text` (lower-cased) holds, or ''; without `follow_ups`, of those that are none.
+        A text with a hole gives what the log shows there (`--deepspeed: command not found`)."""
+        return max((seen for m, low in zip(self.matches, self._lowered, strict=True)
+                    if (follow_ups or m not in self.follow_ups) and (seen := _seen(text, m, low))), key=len, default="")
 
     def texts_in(self, text: str) -> int:
         """How many of its texts `text` (lower-cased) holds."""
-        return sum(low in text for low in self._lowered)
+        return sum(_holds(text, low) for low in self._lowered)
 
     @cached_property
-    def _lowered(self) -> tuple[str, ...]:  # every question and log is held against all of them
-        return tuple(m.lower() for m in self.matches)
+    def _lowered(self) -> tuple[str | re.Pattern[str], ...]:  # every question and log is held against all of them
+        return tuple(_hole_pattern(m.lower()) if HOLE in m else m.lower() for m in self.matches)
+
+
+HOLE = "…"  # in a Matches text: one word of the log, any (`--…: command not found`: an option line run as a command)
+
+
+def _hole_pattern(text: str) -> re.Pattern[str]:
+    return re.compile(r"[^\s:'\"]+".join(re.escape(part) for part in text.split(HOLE)))
+
+
+def _holds(text: str, low: str | re.Pattern[str]) -> bool:
+    return low in text if isinstance(low, str) else low.search(text) is not None
+
+
+def _seen(text: str, match: str, low: str | re.Pattern[str]) -> str:
+    """`match` as `text` shows it ('' where it does not): itself, or for a text with a hole the log's words there."""
+    if isinstance(low, str):
+        return match if low in text else ""
+    found = low.search(text)
+    return found.group(0) if found else ""
 
 
 def parse_known_causes(markdown: str, base_url: str = KNOWN_ERRORS_URL) -> list[KnownCause]:

@@ -545,3 +545,24 @@ def test_mined_failures_keep_their_known_cause() -> None:
     wrong = [(r["id"], r["cause_title"], first.title) for r in rows
              if (first := diagnose(r["log"], known=known).causes[0]).title != r["cause_title"]]
     assert not wrong, wrong
+
+
+def test_a_matches_text_with_a_hole_stands_for_any_one_word() -> None:
+    """A `…` in a known cause's text matches one word of the log, and the cause names what the log shows there:
+    every option line of a launch command whose continuation broke runs as a command of its own, whatever the
+    option (bash and zsh word it differently, a Chinese locale in its own words), and outranks the cause that
+    only shares the tail of one such line ("deepspeed: command not found": the launcher missing from PATH)."""
+    from corpus import NOTES_DIR
+    from indexer.known_causes import parse_known_causes, read_known_causes
+
+    (parsed,) = parse_known_causes("## Broken continuation\nMatches: `--…: command not found`\nFix: f\n")
+    assert parsed.found_in("run.sh: line 4: --num_gpus: command not found") == "--num_gpus: command not found"
+    assert parsed.found_in("bash: deepspeed: command not found") == ""
+    assert parsed.found_in("--a b: command not found") == ""  # one word, not a run of them
+    known = read_known_causes(NOTES_DIR)
+    for log in ("train.sh: line 5: --deepspeed: command not found",
+                "zsh: command not found: --deepspeed_multinode_launcher",
+                "--deepspeed_multinode_launcher: 未找到命令"):
+        first = diagnose(log, known=known).causes[0]
+        assert "line continuations are broken" in first.title and "--deepspeed" in first.explanation, (log, first.title)
+    assert "launcher command is not found" in diagnose("bash: deepspeed: command not found", known=known).causes[0].title
