@@ -119,6 +119,14 @@ def last_error(text: str) -> tuple[str, str]:
     return "", ((failing or tail)[-1][:MAX_MESSAGE_CHARS] if tail else "")
 
 
+def prose_lines(text: str, n: int = 3) -> str:
+    """The first `n` lines the writer put around the error (a comment, the set-up, the command run): not indented,
+    not traceback frames or their header, not timestamped or bracketed log records."""
+    prose = [ln.strip().lstrip("#").strip() for ln in text.splitlines()
+             if ln.strip() and not ln.startswith((" ", "\t")) and not ln.startswith(("File ", "Traceback", "["))]
+    return " ".join(prose[:n])
+
+
 def deepspeed_frames(text: str) -> list[tuple[str, str]]:
     """The (file, function) of each traceback frame inside the deepspeed package, in the log's order."""
     return [(m.group(1), m.group(2)) for ln in text.splitlines() if (m := _DS_FRAME.match(ln))]

@@ -566,3 +566,20 @@ def test_a_matches_text_with_a_hole_stands_for_any_one_word() -> None:
         first = diagnose(log, known=known).causes[0]
         assert "line continuations are broken" in first.title and "--deepspeed" in first.explanation, (log, first.title)
     assert "launcher command is not found" in diagnose("bash: deepspeed: command not found", known=known).causes[0].title
+
+
+def test_the_nearest_known_cause_is_looked_for_with_what_the_writer_said_around_the_error() -> None:
+    """A message no known text or raising line explains is held against the known causes' passages together
+    with the log's prose (a comment, the set-up, the command), never its frames or timestamped records: "not
+    enough values to unpack" alone says nothing, beside "PipelineModule ... train_batch" it is a batch's shape."""
+    from app.error_log import prose_lines
+
+    log = ("# PipelineModule trained with engine.train_batch(data_iter=loader); the collate function returns 4 tensors\n"
+           "[2024-01-02 10:00:00,000] [INFO] [engine.py:1] starting\n"
+           "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    loss = engine.train_batch()\n"
+           "ValueError: not enough values to unpack (expected 4, got 1)\n")
+    context = prose_lines(log)
+    assert context.startswith("PipelineModule trained with engine.train_batch") and "[INFO]" not in context and "line 9" not in context
+    asked: list[str] = []
+    diagnose(log, closest_known=lambda text: asked.append(text))
+    assert asked and asked[0].startswith("PipelineModule trained") and asked[0].endswith("not enough values to unpack (expected 4, got 1)")
