@@ -311,11 +311,7 @@ def split_question(question: str) -> QuestionParts:
         context = " ".join(s for s, f in zip(parts, flags, strict=True) if not f)
     blocks = config_blocks(ask)
     if blocks:
-        pieces, at = [], 0
-        for start, end in blocks:
-            pieces.append(ask[at:start])
-            at = end
-        rest = " ".join("".join([*pieces, ask[at:]]).split())
+        rest = without_config_blocks(ask)
         if len(rest) >= MIN_ASK_CHARS:  # a block with "why?" after it stays the ask: the block is what is asked about
             return QuestionParts(ask=rest, context=" ".join([context, *(ask[s:e] for s, e in blocks)]).strip())
     return QuestionParts(ask=ask, context=context)
@@ -335,6 +331,18 @@ def config_blocks(text: str) -> list[tuple[int, int]]:
         spans.append((at, len(text) if end is None else end))
         at = -1 if end is None else text.find("{", end)
     return [(s, e) for s, e in spans if _BLOCK_KEY.search(text, s, e)]
+
+
+def without_config_blocks(text: str) -> str:
+    """The text with each config block (`config_blocks`) cut out: what a question asks and says in words."""
+    blocks = config_blocks(text)
+    if not blocks:
+        return text
+    pieces, at = [], 0
+    for start, end in blocks:
+        pieces.append(text[at:start])
+        at = end
+    return " ".join("".join([*pieces, text[at:]]).split())
 
 
 def block_end(text: str, start: int) -> int | None:

@@ -36,6 +36,7 @@ from app.query import (
     keyword_calls,
     settings_named,
     split_question,
+    without_config_blocks,
 )
 from app.query_adapter import QueryAdapter
 from app.question_memory import ChunkMemory
@@ -194,9 +195,12 @@ class HybridRetriever:
         seen_best: float | None = None
         seen_units: dict[str, float] | None = None
         if memory is not None:  # one product with the remembered questions for the memory's three reads
-            resemblance = memory.cosines(vector)
+            # a pasted config block tells the set-up, not what is asked: remembered questions are matched by the words
+            worded = without_config_blocks(question)
+            own = vector if worded == question or not worded else self.embedder.embed([self.glossary.expand(worded)])[0]
+            resemblance = memory.cosines(own)
             seen, seen_best, seen_units = memory.seen(resemblance), memory.best(resemblance), memory.seen_units(resemblance)
-            seen_lex = memory.seen_lexical(question)
+            seen_lex = memory.seen_lexical(worded or question)
         refusals = self.options.refusal_memory
         refused_best: float | None = None
         refused_leaning: float | None = None

@@ -15,7 +15,7 @@ import pytest
 
 from app.linear_model import LinearModel
 from app.peer_retrievers import Bm25Retriever, DenseRetriever, RrfRetriever
-from app.query import identifiers, split_question
+from app.query import identifiers, split_question, without_config_blocks
 from app.ranking import FEATURES, FeatureTable, QuerySignals, candidate_features, chunk_terms, load_ranker
 from app.retriever import HybridRetriever, RetrievalOptions
 from indexer.documents import Chunk
@@ -82,6 +82,9 @@ def test_a_config_block_written_inside_the_ask_is_context() -> None:
     assert cut.ask == "How do I fix this config" and cut.context.startswith('{"fp16"')
     # the path is what the text names, not its segments the tokenizer also gives
     assert identifiers("set zero_optimization.overlap_comm") == {"zero_optimization.overlap_comm"}
+    # what the question memory is matched by: the question in words, every block out (a story's block too)
+    assert without_config_blocks(f"My config is {block}. How do I save the weights?") == "My config is . How do I save the weights?"
+    assert without_config_blocks("How do I write {placeholders} in a path?") == "How do I write {placeholders} in a path?"
 
 
 def test_abbreviations_meet_their_words_both_ways() -> None:
