@@ -225,7 +225,7 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
         # before a known cause that is only near in meaning (tune-only logs: one more right this way) and
         # before the passages retrieval found for a message no note or line explains
         causes = [release] + causes
-    elif closest_known is not None and (near_known := closest_known(f"{prose_lines(text)} {exception}: {flat}"[-KNOWN_QUERY_CHARS:])) is not None:
+    elif closest_known is not None and (near_known := closest_known(f"{prose_lines(text)} {exception}: {flat}")) is not None:
         # the message with what the writer said around it (the set-up, the command): "not enough values to unpack"
         # is a pipeline batch's shape when the log says it came from `train_batch`
         k, cosine = near_known
@@ -347,7 +347,7 @@ def engine_search(retriever: Any) -> Any:
 
 
 KNOWN_COSINE = 0.6  # a known cause closer than this in meaning leads when the log shows none; chosen on the tune logs
-KNOWN_QUERY_CHARS = 1000  # of the text held against the known causes' passages: its end, where the message is
+KNOWN_QUERY_CHARS = 1000  # of the text held against the known causes' passages: its end, where the message is (`closest_known_cause`)
 # (the first known cause by cosine was the thread's cause for 17 of the 25 tune logs at 0.6 or more, 26 of 43 at 0.5)
 # Tried and not kept (stop 55): the first cause of the most alike labelled log of another thread (character n-grams
 # of the error line) for a log no known text explains: 0 of the 38 such tune and tune-only logs set right at any

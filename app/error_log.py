@@ -123,7 +123,7 @@ def prose_lines(text: str, n: int = 3) -> str:
     """The first `n` lines the writer put around the error (a comment, the set-up, the command run): not indented,
     not traceback frames or their header, not timestamped or bracketed log records."""
     prose = [ln.strip().lstrip("#").strip() for ln in text.splitlines()
-             if ln.strip() and not ln.startswith((" ", "\t")) and not ln.startswith(("File ", "Traceback", "["))]
+             if ln.strip() and not ln.startswith((" ", "\t", "File ", "Traceback", "["))]
     return " ".join(prose[:n])
 
 

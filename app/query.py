@@ -311,7 +311,7 @@ def split_question(question: str) -> QuestionParts:
         context = " ".join(s for s, f in zip(parts, flags, strict=True) if not f)
     blocks = config_blocks(ask)
     if blocks:
-        rest = without_config_blocks(ask)
+        rest = _cut(ask, blocks)
         if len(rest) >= MIN_ASK_CHARS:  # a block with "why?" after it stays the ask: the block is what is asked about
             return QuestionParts(ask=rest, context=" ".join([context, *(ask[s:e] for s, e in blocks)]).strip())
     return QuestionParts(ask=ask, context=context)
@@ -336,8 +336,11 @@ def config_blocks(text: str) -> list[tuple[int, int]]:
 def without_config_blocks(text: str) -> str:
     """The text with each config block (`config_blocks`) cut out: what a question asks and says in words."""
     blocks = config_blocks(text)
-    if not blocks:
-        return text
+    return _cut(text, blocks) if blocks else text
+
+
+def _cut(text: str, blocks: list[tuple[int, int]]) -> str:
+    """`text` without the spans `blocks` (in order), its spaces collapsed."""
     pieces, at = [], 0
     for start, end in blocks:
         pieces.append(text[at:start])

@@ -66,7 +66,7 @@ class KnownCause:
 
     def texts_in(self, text: str) -> int:
         """How many of its texts `text` (lower-cased) holds."""
-        return sum(_holds(text, low) for low in self._lowered)
+        return sum(bool(_seen(text, m, low)) for m, low in zip(self.matches, self._lowered, strict=True))
 
     @cached_property
     def _lowered(self) -> tuple[str | re.Pattern[str], ...]:  # every question and log is held against all of them
@@ -78,10 +78,6 @@ HOLE = "…"  # in a Matches text: one word of the log, any (`--…: command not
 
 def _hole_pattern(text: str) -> re.Pattern[str]:
     return re.compile(r"[^\s:'\"]+".join(re.escape(part) for part in text.split(HOLE)))
-
-
-def _holds(text: str, low: str | re.Pattern[str]) -> bool:
-    return low in text if isinstance(low, str) else low.search(text) is not None
 
 
 def _seen(text: str, match: str, low: str | re.Pattern[str]) -> str:
