@@ -14,6 +14,7 @@ temperature 0.03, lambda 0.03 / 0.1 / 0.3: 0.7443 / 0.7433 / 0.7441 (differences
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,9 +118,9 @@ def _dense_scores(vectors: np.ndarray, pos: list[list[int]], matrix: np.ndarray)
 
 @dataclass(frozen=True)
 class FoldFits:
-    """The base vectors and positives of tune and the training-only questions, each one's fold (-1 for
-    the training-only ones, which every fold keeps), and per fold the delta fitted without that fold's
-    tune questions."""
+    """The base vectors and positives of tune and the training-only questions (tune's first), each one's
+    fold by a hash of its id, and per fold the delta fitted without that fold's questions: a training-only
+    question's signals can then come from an adapter that never saw it, as a tune question's do."""
 
     vectors: np.ndarray
     pos: list[list[int]]
@@ -150,7 +151,7 @@ def fold_fits(retriever: HybridRetriever, tune: list[Question], extra: list[Ques
 def _fold_fits(retriever: HybridRetriever, tune: list[Question], extra: list[Question]) -> FoldFits:
     both = tune + extra
     vectors, pos = base_vectors(retriever, [q.question for q in both]), positives(retriever, both)
-    folds = np.array([hash_fold(q.id, FOLDS) for q in tune] + [-1] * len(extra))
+    folds = np.array([hash_fold(q.id, FOLDS) for q in both])
     deltas = {}
     for f in range(FOLDS):
         inside = np.flatnonzero(folds != f)
@@ -159,20 +160,22 @@ def _fold_fits(retriever: HybridRetriever, tune: list[Question], extra: list[Que
 
 
 def fold_adapters(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None) -> dict[int, QueryAdapter]:
-    """Fold number -> the adapter fitted on the tune questions outside that fold (and every training-only
-    question: `extra`, by default `eval/training/`)."""
+    """Fold number -> the adapter fitted on the tune and training-only questions (`extra`, by default
+    `eval/training/`) outside that fold."""
     fits = fold_fits(retriever, tune, extra)
     return {f: QueryAdapter(d, retriever.embedder.name, f"tune split without fold {f}") for f, d in fits.deltas.items()}
 
 
-def crossfit(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None) -> dict[str, HybridRetriever]:
-    """Tune question id -> the retriever whose adapter never saw the question, and whose question
-    memory does not hold it (`eval.memory_training.held_out`)."""
+def crossfit(retriever: HybridRetriever, tune: list[Question], extra: list[Question] | None = None,
+             also: Sequence[Question] = ()) -> dict[str, HybridRetriever]:
+    """Question id (of tune, and of `also`: training-only questions) -> the retriever whose adapter never
+    saw the question, and whose question memory does not hold it (`eval.memory_training.held_out`)."""
     from eval.memory_training import held_out
 
     by_fold = {f: retriever.with_options(query_adapter=a) for f, a in fold_adapters(retriever, tune, extra).items()}
+    questions = tune + list(also)
     # and whose question memory leaves out its own entry and its thread's
-    return held_out(retriever, tune, {q.id: by_fold[hash_fold(q.id, FOLDS)] for q in tune})
+    return held_out(retriever, questions, {q.id: by_fold[hash_fold(q.id, FOLDS)] for q in questions})
 
 
 def train_adapter(retriever: HybridRetriever, tune: list[Question], out: Path = ADAPTER_FILE,
@@ -186,7 +189,7 @@ def train_adapter(retriever: HybridRetriever, tune: list[Question], out: Path = 
     vectors, pos = fits.vectors, fits.pos
     held_base, held_adapted = np.zeros((FOLDS, 2)), np.zeros((FOLDS, 2))
     for f, delta in fits.deltas.items():
-        held = np.flatnonzero(fits.folds == f)
+        held = np.flatnonzero(fits.folds[:len(tune)] == f)  # the report scores tune questions only
         adapter = QueryAdapter(delta, retriever.embedder.name)
         held_base[f] = _dense_scores(vectors[held], [pos[i] for i in held], retriever.matrix)
         held_adapted[f] = _dense_scores(adapter.apply(vectors[held]), [pos[i] for i in held], retriever.matrix)

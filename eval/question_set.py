@@ -17,7 +17,6 @@ import json
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -106,7 +105,8 @@ def keyed_question(row: dict[str, Any], texts: dict[str, list[str]]) -> tuple[Qu
     and how many no passage of the named page holds (left out)."""
     found = [find_phrase(texts.get(g["path"], ()), str(g["phrase_key"]), int(g["chars"])) for g in row["gold"]]
     question = Question(str(row["id"]), str(row["question"]), str(row.get("lang", "en")), str(row.get("topic", "")),
-                        tuple(p for p in found if p), tuple(str(m) for m in row.get("must_mention", [])))
+                        tuple(p for p in found if p), tuple(str(m) for m in row.get("must_mention", [])),
+                        str(row.get("origin", "")))
     return question, found.count(None)
 
 
@@ -126,7 +126,7 @@ def load_keyed_questions(path: Path, chunks: Iterable[Chunk]) -> list[Question]:
             raise ValueError(f"{path}:{n}: not a keyed question ({exc})") from exc
         lost += missing
         if question.evidence:
-            questions.append(replace(question, origin=str(row.get("origin", ""))))
+            questions.append(question)
     if lost:
         log.warning("%d gold phrases of %s are in no passage of these docs: left out", lost, path.name)
     return questions
@@ -138,6 +138,12 @@ def load_question_file(path: Path, chunks: Iterable[Chunk]) -> list[Question]:
     first: dict[str, Any] = next((json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()), {})
     keyed = any("phrase_key" in g for g in first.get("gold", [])[:1])
     return load_keyed_questions(path, chunks) if keyed else load_questions(path)
+
+
+def asked_in_threads(questions: Iterable[Question]) -> list[Question]:
+    """The questions a user asked in a thread (origin `github-issue owner/repo#N`), not those written
+    from a doc section (origin `synthetic: <page>`)."""
+    return [q for q in questions if q.origin.startswith("github-")]
 
 
 def load_training_questions(chunks: Iterable[Chunk], directory: Path = TRAINING_DIR) -> list[Question]:

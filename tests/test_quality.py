@@ -177,8 +177,8 @@ CV_TIE = 0.003  # held-out MRR@10 closer than this is a tie (one question at ran
 
 
 def test_shipped_ranker_is_the_one_tune_gives(engine, tmp_path: Path) -> None:
-    """Retrained here from the tune split alone, the ranker matches app/ranker.json: what ships was
-    learned from tune, by this code, on this index. The regularisation is chosen by held-out MRR@10 on
+    """Retrained here from the tune split (and the training-only questions asked in threads), the ranker
+    matches app/ranker.json: what ships was learned from them, by this code, on this index. The regularisation is chosen by held-out MRR@10 on
     tune, and two of them can sit within a hair of each other (0.7577 at C 0.01, 0.7561 at C 0.1 on the
     index the shipped one was trained on; an index built from nothing, whose vectors differ in the last
     float bits, picked C 0.1): the shipped C must be within CV_TIE of the best here, and at the same C
