@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.linear_model import LinearModel, load_linear_model
 from app.query import identifiers
 from app.question_memory import chunk_key
+from app.tree_model import TreeModel, load_tree_model
 from indexer.text_units import Unit, bare_entry_key, text_units
 from indexer.tokenize import STOPWORDS, term_set, tokenize
 
@@ -166,9 +166,9 @@ def content_words(text: str) -> tuple[str, ...]:
     return tuple(w for w in _WORD.findall(text.lower()) if w not in STOPWORDS)
 
 
-def load_unit_model(path: Path = UNIT_MODEL_FILE) -> LinearModel | None:
+def load_unit_model(path: Path = UNIT_MODEL_FILE) -> TreeModel | None:
     """The learned unit scorer (`dsqa eval train-answer`, tune split only), or None without the file."""
-    return load_linear_model(path, UNIT_FEATURES)
+    return load_tree_model(path, UNIT_FEATURES)
 
 
 def about_other_option(question: str, text: str) -> bool:
@@ -337,7 +337,7 @@ def _overlap(a: str, b: str, both: bool = False) -> float:
 
 
 def scored_candidates(ask: str, sources: list[Source], similarities: np.ndarray | None = None,
-                      model: LinearModel | None = None, seen: Mapping[str, float] | None = None) -> tuple[list[Candidate], np.ndarray]:
+                      model: TreeModel | None = None, seen: Mapping[str, float] | None = None) -> tuple[list[Candidate], np.ndarray]:
     """The quotable units of the first passages and how well each answers: the learned unit scorer's
     probability (with the similarities), else the hand-weighted `unit_scores`. `similarities`: cosine of
     the question with each candidate unit (in `candidates(sources)` order) when the caller embedded them;
@@ -359,6 +359,6 @@ def answer_text(sources: list[Source], cands: list[Candidate], scores: np.ndarra
 
 
 def extractive_answer(ask: str, sources: list[Source], similarities: np.ndarray | None = None,
-                      model: LinearModel | None = None, max_words: int | None = None) -> str:
+                      model: TreeModel | None = None, max_words: int | None = None) -> str:
     """The composed extractive answer (`scored_candidates`, then `answer_text`)."""
     return answer_text(sources, *scored_candidates(ask, sources, similarities, model), max_words)

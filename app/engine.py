@@ -30,6 +30,7 @@ from app.ranking import load_ranker
 from app.refusal_memory import RefusalMemory, load_refusal_memory
 from app.retriever import HybridRetriever, RetrievalOptions, Retriever
 from app.settings import Settings
+from app.tree_model import TreeModel
 from indexer.documents import Snippet
 from indexer.embedder import Embedder, make_embedder
 from indexer.onnx_encoder import ENCODER_DIR, INT8_FILE, MODEL_FILE, OnnxEmbedder, has_encoder
@@ -39,6 +40,7 @@ from indexer.store import IndexError_, LoadedIndex, load_index
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+_Model = TypeVar("_Model", LinearModel, TreeModel)  # a learned part that names the encoder it was trained with
 
 # reasons of a failed static check that mean the installed deepspeed no longer has the feature
 _STALE = ("removed", "missing in deepspeed", "neither one of deepspeed")
@@ -54,7 +56,7 @@ class Engine:
     problem: str = ""  # why the index is not loaded, when it is not
     glossary: Glossary | None = None  # Chinese -> English terms (the answer names the ones it used)
     llm: LlmClient | None = None  # the generation endpoint, when DSQA_LLM_URL is set
-    unit_model: LinearModel | None = None  # the learned choice of answer units (`app/answer.py`)
+    unit_model: TreeModel | None = None  # the learned choice of answer units (`app/answer.py`)
     unit_adapter: QueryAdapter | None = None  # moves the searched vector toward answering units (with unit_model only)
 
     def require(self) -> tuple[LoadedIndex, Retriever]:
@@ -194,7 +196,7 @@ def question_memory_for(encoder: str, index: LoadedIndex) -> ChunkMemory | None:
     return ChunkMemory(memory, [chunk_key(c.text) for c in index.chunks])
 
 
-def _for_encoder(name: str, model: LinearModel | None, encoder: str) -> LinearModel | None:
+def _for_encoder(name: str, model: _Model | None, encoder: str) -> _Model | None:
     if model is not None and model.encoder != encoder:
         log.warning("the learned %s was trained with %s, not %s: not used", name, model.encoder or "?", encoder)
         return None

@@ -42,7 +42,7 @@ from eval.answer_quality import (
     load_training_unanswerable,
     load_unanswerable,
 )
-from eval.answer_training import train_answer_units
+from eval.answer_training import probability, question_units, train_answer_units
 from eval.memory_training import build_memory
 from eval.metrics import load_questions
 from eval.question_set import (
@@ -241,7 +241,10 @@ def test_catalogue_answers_a_config_key(engine) -> None:
 
 
 def test_answers_on_held_out_questions(engine) -> None:
-    """Stop 54 added two known-error sections (two tune error logs' causes), which changed the index's notes, so
+    """Stop 70's unit scorer of gradient-boosted trees (tune's cross-validated evidence 0.7754 -> 0.7914): test
+    evidence 74.23% both (zh 67.0% -> 68.0%), 0 cut of 1549, median 117 words; outside 67.5% -> 66.25%; the
+    coverage decision unchanged (refused 89.12% of 294 at 2.15% of the answerable; outside 90.0% at 5.0%).
+    Stop 54 added two known-error sections (two tune error logs' causes), which changed the index's notes, so
     every learned part was retrained: test evidence 71.2% -> 70.9% (zh 63.0%), refused 88.8% -> 88.4% of 294 at
     2.45% (8) of the answerable, 0 cut, median 117 words; outside 67.5% -> 68.75% evidence, 91.25% refused at
     3.75% (3). Stop 53 changed nothing this test measures; it tried and did not keep two things. A lead never about a
@@ -374,7 +377,9 @@ def test_a_pasted_config_is_answered_with_the_validators_findings_first(engine) 
     assert any(line.startswith("- `bf16.enabled`: fp16 and bf16 are both enabled") for line in lines[1:4])
     assert any("x world size 8 = 64" in line for line in lines[1:4])
     assert any(line.startswith("- `zero_optimization.offload_param`: offload_param is ignored at ZeRO stage 2") for line in lines[1:4])
-    assert "[1]" in reply.answer  # the docs' answer follows
+    # the docs' answer follows, from whichever passage quotes best (since stop 70 the batch-size note of the
+    # config page [2], where a linear unit scorer quoted the autotuning example [1])
+    assert re.search(r"\[\d\]$", lines[-1])
     passing = ask(engine, AskRequest(question='is this right {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}}'))
     assert passing.covered and passing.answer.startswith("Your config passes deepspeed ")
     block = ask(engine, AskRequest(question='Training on TITAN X cards with "bf16": {"enabled": true} crashes with CUBLAS_STATUS_NOT_SUPPORTED. Is bf16 tied to particular GPUs?'))
@@ -671,7 +676,10 @@ def test_shipped_answer_unit_scorer_is_the_one_tune_gives(engine, tmp_path: Path
     report = train_answer_units(engine, load_split("tune"), tmp_path / "u.json")
     fresh, shipped = load_unit_model(tmp_path / "u.json"), load_unit_model()
     assert fresh is not None and shipped is not None and engine.unit_model is not None
-    assert np.allclose(fresh.weights, shipped.weights, atol=0.05)
+    assert fresh.feature.shape[0] == shipped.feature.shape[0] == report["trees_fitted"] <= report["trees"]
+    rows = np.vstack([d.rows for d in question_units(engine, load_split("tune")[:40])])
+    # the same trees give the same probabilities (a cosine a hair apart on another machine may cross a threshold)
+    assert np.abs(probability(fresh, rows) - probability(shipped, rows)).mean() < 0.02
     assert report["with_relevant_unit"] > 80
     # the unit adapter beside it, and the shipped one the engine reads
     fresh_adapter, shipped_adapter = load_query_adapter(tmp_path / UNIT_ADAPTER_FILE.name), load_query_adapter(UNIT_ADAPTER_FILE)
