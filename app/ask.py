@@ -36,9 +36,9 @@ from app.answer_shapes import (
 from app.coverage_overrides import (
     answered_anyway,
     api_line_first,
+    asked_page_first,
     cited_failure_first,
     key_entry_first,
-    named_page_first,
     pages_asked,
     raised_message_line,
     told_alone,
@@ -140,7 +140,7 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
     t0 = time.perf_counter()
     searched = retriever.search(request.question, request.k, topic=request.topic, source=request.source)
     named = pages_asked(engine, request.question)
-    result, named_first = named_page_first(searched, named)
+    result, named_first = asked_page_first(engine, searched, named, topic=request.topic, source=request.source)
     t1 = time.perf_counter()
     decided = result.covered if result.covered is not None else result.relevance >= settings.no_answer_threshold
     asked = keys_named(request.question, engine.config_facts)
@@ -199,8 +199,14 @@ def prepare(engine: Engine, request: AskRequest) -> Prepared:
         else:
             summary = api_line or (api_summary(sources[0]) if named_first and named.api and result.hits[0].chunk.path in named.api else "")
             draft = terms + shaped_answer(engine, request, result, sources, cands, scores, snippets, ANSWER_WORDS - len(terms.split()), defined,
-                                          1 if named_first else None, summary)
+                                          1 if named_first or _entry_first(result, defined) else None, summary)
     return Prepared(result, covered, passages, snippets, sources, draft, t0, t1)
+
+
+def _entry_first(result: SearchResult, defined: list[str]) -> bool:
+    """A question that asks only what config keys are, whose first passage is the catalogue's: the lead comes from
+    it (the docs' table row on the key, with its short name, once outscored the catalogue's entry)."""
+    return bool(defined and result.hits and result.hits[0].chunk.source == "config")
 
 
 def shaped_answer(engine: Engine, request: AskRequest, result: SearchResult, sources: list[Source], cands: list[Candidate],

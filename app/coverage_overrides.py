@@ -28,7 +28,8 @@ an entry of the index rather than by passages that happen to be close.
   an error (little but the message, a log, nothing asked beside it but a fix) is `app/pasted_error.py`'s reading.
 
 And for a question that asks only what a named page is about ("What is ZeRO?"), covered or not, that page's
-passage first and the answer's lead from it (`named_page_first`); for one that asks only what a config key is,
+passage first and the answer's lead from it (`named_page_first`; an API symbol's page from the index when the
+search did not return it, `asked_page_first`); for one that asks only what a config key is,
 when the first passage does not name the key, the catalogue passage that holds the key's entry first, from
 the index when the search ranked it below the passages it returns (`key_entry_first`: "What does overlap_comm
 do?" was answered beside tensor_parallel's `tp_overlap_comm`, zero_optimization's entry seventh).
@@ -257,6 +258,18 @@ def named_page_first(result: SearchResult, pages: PagesAsked) -> tuple[SearchRes
     above the page titled ZeRO)."""
     first = next((n for n, h in enumerate(result.hits) if h.chunk.path in pages.any), None)
     return (result, False) if first is None else (_moved_first(result, first), True)
+
+
+def asked_page_first(engine: Engine, result: SearchResult, pages: PagesAsked, *, topic: str | None = None,
+                     source: str | None = None) -> tuple[SearchResult, bool]:
+    """`named_page_first`, and for a question that asks only what an API symbol is when the search returned no
+    passage of the symbol's page: that page's first passage from the index, in place of the last passage, unless
+    the request's filters leave it out ("What does zero.Init do?" once got three ZeRO tutorial passages)."""
+    moved, first = named_page_first(result, pages)
+    if first or not pages.api or not result.hits:
+        return moved, first
+    found = _passage_first(engine, result, lambda c: c.path in pages.api, topic, source)
+    return (result, False) if found is None else (found, True)
 
 
 def key_entry_first(engine: Engine, result: SearchResult, keys: list[str], *, topic: str | None = None,

@@ -140,10 +140,17 @@ def load_question_file(path: Path, chunks: Iterable[Chunk]) -> list[Question]:
     return load_keyed_questions(path, chunks) if keyed else load_questions(path)
 
 
+THREAD_ORIGIN = re.compile(r"github-issue [\w.-]+/[\w.-]+#\d+")  # a question a user asked in a thread (issue or discussion)
+
+
+def asked_in_thread(origin: str) -> bool:
+    return THREAD_ORIGIN.fullmatch(origin) is not None
+
+
 def asked_in_threads(questions: Iterable[Question]) -> list[Question]:
     """The questions a user asked in a thread (origin `github-issue owner/repo#N`), not those written
     from a doc section (origin `synthetic: <page>`)."""
-    return [q for q in questions if q.origin.startswith("github-")]
+    return [q for q in questions if asked_in_thread(q.origin)]
 
 
 def load_training_questions(chunks: Iterable[Chunk], directory: Path = TRAINING_DIR) -> list[Question]:

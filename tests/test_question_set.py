@@ -17,6 +17,7 @@ from eval.question_set import (
     QUESTIONS_DIR,
     TERSE_QUESTIONS,
     TRAINING_DIR,
+    asked_in_thread,
     load_question_file,
     load_question_set,
     load_split,
@@ -137,7 +138,7 @@ def test_training_only_questions_hold_no_doc_text_and_find_their_phrases(real_do
     scored_threads = {r.get("origin", "") for r in _rows() + _heldout_rows()}
     for r in rows:
         written = r["origin"].startswith(("synthetic: docs/", "synthetic: blogs/"))
-        asked = re.fullmatch(r"github-issue [\w.-]+/[\w.-]+#\d+", r["origin"]) is not None
+        asked = asked_in_thread(r["origin"])
         assert written or (asked and r["origin"] not in scored_threads), r["id"]
         for g in r["gold"]:
             assert set(g) == {"path", "phrase_key", "chars", "words"}, r["id"]
