@@ -41,7 +41,8 @@ from eval.unit_adapter_training import UNIT_LAMBDA, UNIT_TEMPERATURE, fit_unit_d
 
 # the trees, chosen on tune's cross-validation at stop 70 (a linear model over the same features: 0.7754; trees
 # without stopping early at 100 / 200 / 300 at most: 0.7781 / 0.7807 / 0.7701, with it 0.7807 / 0.7914 / 0.7914;
-# depth 2 / 3 / 4 at 200: 0.7781 / 0.7914 / 0.7861; 60 / 80 / 120 units per leaf at least: 0.7807 / 0.7914 / 0.7888)
+# depth 2 / 3 / 4 at 200: 0.7781 / 0.7914 / 0.7861; 60 / 80 / 120 units per leaf at least: 0.7807 / 0.7914 / 0.7888;
+# once the adapter and memory also learnt issues_f and _g's 121 thread questions: 0.7888 / 0.7807 / 0.7834, 100 chosen)
 TREES_GRID = (100, 200, 300)
 TREE_DEPTH = 3
 LEARNING_RATE = 0.05
