@@ -6,8 +6,8 @@ rule, `eval/metrics.py`). The unit adapter (`eval/unit_adapter_training.py`) is 
 scorer reads its cosines, cross-fitted (each question's from an adapter fitted without its fold, as a
 new question would get them). Gradient-boosted trees over UNIT_FEATURES are fitted (`app/tree_model.py`),
 relevant and other units weighing half each; their number is chosen by 5-fold cross-validation over tune
-questions, scored by what the reader gets: the share of composed answers that hold a gold phrase. Written to `app/answer_units.json` and
-`app/unit_adapter.npz`. The `test` split is never read here.
+questions, scored by what the reader gets: the share of composed answers that hold a gold phrase. Written
+to `app/answer_units.json` and `app/unit_adapter.npz`. The `test` split is never read here.
 """
 
 from __future__ import annotations
