@@ -118,8 +118,9 @@ def choose_c(data: list[QuestionRows], also: Sequence[QuestionRows] = (), folds:
 
 def train_ranker(retriever: HybridRetriever, tune: list[Question], out: Path = RANKER_FILE) -> dict[str, Any]:
     """Learns from `tune` and from the training-only questions users asked in threads (tune CV MRR@10
-    0.8316 at C 0.1 with the 386 of stop 70, 0.8325 with the first 265, 0.8268 without, each at its best C; 0.8260 and 0.8226 at C 0.01 with a weight per
-    pair; 0.8229 with the ones written from doc sections as well). With a query adapter on the retriever,
+    0.8316 at C 0.1 with the 386 of stop 70, 0.8325 with the first 265, 0.8268 without, each at its best
+    C; 0.8260 and 0.8226 at C 0.01 with a weight per pair; 0.8229 with the ones written from doc sections
+    as well). With a query adapter on the retriever,
     the ranker will read the adapted cosines, so each question's rows come through an adapter fitted
     without that question's fold (`eval.adapter_training.crossfit`): never the cosines of an adapter that
     saw the question."""
