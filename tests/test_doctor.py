@@ -583,3 +583,22 @@ def test_the_nearest_known_cause_is_looked_for_with_what_the_writer_said_around_
     asked: list[str] = []
     diagnose(log, closest_known=lambda text: asked.append(text))
     assert asked and asked[0].startswith("PipelineModule trained") and asked[0].endswith("not enough values to unpack (expected 4, got 1)")
+
+
+def test_a_known_cause_near_in_meaning_leads_over_a_close_text_and_a_release_s_bug() -> None:
+    """For a log that shows no known text, the known cause nearest in meaning comes before one whose text the
+    message nearly holds and before the guess that an older release had a bug; without a near one, those lead."""
+    from corpus import NOTES_DIR
+    from indexer.known_causes import read_known_causes
+
+    known = read_known_causes(NOTES_DIR)
+    close_text = "RuntimeError: weight tensor must be 2-D"
+    close = diagnose(close_text, known=known).causes[0]
+    close_title = close.title
+    assert "the message is close to" in close.explanation
+    near = next(k for k in known if k.title != close_title and not k.harmless)
+    first = diagnose(close_text, known=known, closest_known=lambda text: (near, 0.7)).causes[0]
+    assert close_title != near.title and first.title == near.title and "cosine 0.70" in first.explanation
+    older = "deepspeed 0.5.9, torch 1.10.0\nRuntimeError: slice() cannot be applied to a 0-dim tensor xyz\n"
+    assert "likely a bug of deepspeed 0.5.9" in diagnose(older, known=known, closest_known=lambda text: None).causes[0].title
+    assert diagnose(older, known=known, closest_known=lambda text: (near, 0.7)).causes[0].title == near.title
