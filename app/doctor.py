@@ -352,13 +352,15 @@ KNOWN_QUERY_CHARS = 1000  # of the text held against the known causes' passages:
 # Tried and not kept (stop 55): the first cause of the most alike labelled log of another thread (character n-grams
 # of the error line) for a log no known text explains: 0 of the 38 such tune and tune-only logs set right at any
 # similarity floor from 0.3 to 0.7, up to 2 set wrong.
-# The order of the fallbacks for a log that shows no known text (stop 71), chosen on the 662 tune and tune-only logs
-# whose first cause is a known one found by its text, each run twice: with that cause's texts taken away (and its
-# passage's vector made without its `Matches:` line), as for a new wording of a failure the notes know, and with
-# the cause taken away, as for one they do not: the cause right for 220 and 117 of them when a close text and a
-# release's bug came before the nearest known cause, 322 and 133 with the nearest first (at cosine floors 0.5 / 0.55
-# / 0.65 / 0.7: 336 / 333 / 292 / 253 and 133 / 133 / 126 / 129); on the logs as they are, 664 -> 663 of 697.
-# A BM25 over the known causes' title, why, check and fix after the vectors found none: 334 and 135, not kept.
+# The order of the fallbacks for a log that shows no known text (stop 71), chosen on `dsqa eval doctor --known-ablation`
+# (`eval.doctor_eval.run_known_ablation`): of the 636 tune and tune-only logs whose first cause is a known one the log
+# shows a text of, the cause right with that cause's texts taken away (a new wording of a failure the notes know) and
+# with the cause taken away (one they do not): 202 and 109 when a close text and a release's bug came before the
+# nearest known cause, 303 and 125 with the nearest first; on the logs as they are, 664 -> 663 of 697. In a first
+# harness (662 logs), cosine floors 0.5 / 0.55 / 0.6 / 0.65 / 0.7 gave 336 / 333 / 322 / 292 / 253 and 133 / 133 / 133 /
+# 126 / 129 (0.6 kept); the log's last 300 / 600 / 1000 characters in place of its message, 337 / 342 / 336 and
+# 131 / 133 / 130, and one or two fewer right as they are (not kept).
+# A BM25 over the known causes' title, why, check and fix after the vectors found none: 334 and 135 there, not kept.
 
 
 def closest_known_cause(retriever: Any, known: tuple[KnownCause, ...]) -> Any:

@@ -36,6 +36,17 @@ def cmd_eval_doctor(args: argparse.Namespace, settings: Settings) -> int:
     if args.index:
         settings = settings.model_copy(update={"index_dir": args.index})
     index, retriever = load_engine(settings, strict=True).require()
+    if args.known_ablation:
+        from eval.doctor_eval import run_known_ablation
+
+        ablation = run_known_ablation(index.path, retriever, settings.notes_dir)
+        if args.json:
+            print_json(ablation)
+        else:
+            print(f"tune and tune-only logs {ablation['logs']}, first cause a known one found by its text {ablation['known_first']}: "
+                  f"right with that cause in other words {ablation['new_wording']} ({ablation['new_wording_share']:.3f}), "
+                  f"with the cause unknown {ablation['unknown']} ({ablation['unknown_share']:.3f})")
+        return 0
     results = run_doctor_eval(index.path, retriever, settings.notes_dir)
     if args.json:
         print_json(results)
@@ -133,6 +144,9 @@ def add_eval_commands(ev: Any) -> None:
                       "the raising line in the first 3, tune and test, as shipped (with retrieval) and without retrieval")
     s.add_argument("--index", type=Path)
     s.add_argument("--json", action="store_true")
+    s.add_argument("--known-ablation", action="store_true",
+                   help="instead: on the tuning logs whose first cause is a known one found by its text, the cause right with that "
+                        "cause's texts taken away, and with the cause taken away (about two minutes)")
     s.set_defaults(fn=cmd_eval_doctor)
     trainers = (
         ("train-adapter", "fit the query adapter on the tune split (writes {out}); then train-ranker", "app/query_adapter.npz", cmd_train_adapter),

@@ -8,6 +8,8 @@ first file does not use), is tuning data only: reported as `tune_only`, never sp
   fix and the titles of its passages);
 - source right (logs whose message the installed deepspeed raises): one of the first three causes
   points at a line of `gold_file` inside `gold_function`.
+`run_known_ablation` asks, on the tuning logs only, how the doctor does on a failure a note knows told in other
+words, and on one no note knows (the choice of the fallbacks' order).
 """
 
 from __future__ import annotations
@@ -117,3 +119,48 @@ def run_doctor_eval(index_dir: Path, retriever: Any, notes_dir: Path | None, log
         return lambda log: diagnose_with(index_dir, r, log, notes_dir)
 
     return {how: score_doctor(logs, with_retriever(r), by_url) for how, r in (("shipped", retriever), ("without_retrieval", None))}
+
+
+def run_known_ablation(index_dir: Path, retriever: Any, notes_dir: Path, logs: list[ErrorLog] | None = None) -> dict[str, Any]:
+    """How the doctor does on failures the notes know in other words, and on failures they do not know
+    (`dsqa eval doctor --known-ablation`; tuning data only: the tune split and the tune-only logs). Of the logs
+    whose first cause is a known one found by its text, each is diagnosed again twice: `new_wording`, with that
+    cause's texts taken away and its passages' vectors made without their `Matches:` line (the cause is still
+    there to be found by meaning, as for a new wording of a failure a note describes); `unknown`, with the cause
+    taken away (as for a failure no note describes: a right first cause can only come from another note, a
+    raising line or retrieval). The order of the doctor's fallbacks was chosen on these figures."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from app.doctor import closest_known_cause, diagnose, engine_search
+    from app.error_log import clean_log
+    from indexer.known_causes import read_known_causes
+
+    logs = [log for log in (all_error_logs() if logs is None else logs) if log.split != "test"]
+    known = read_known_causes(notes_dir)
+    search, embedder, chunks = engine_search(retriever), retriever.embedder, retriever.index.chunks
+
+    def without_matches_line(url: str) -> Any:
+        """The retriever's vectors as `closest_known_cause` reads them, a known cause's passages re-embedded
+        without their `Matches:` line."""
+        matrix = retriever.matrix.copy()
+        for i, chunk in enumerate(chunks):
+            if chunk.url == url:
+                text = "\n".join(line for line in chunk.search_text.splitlines() if not line.strip().startswith("Matches:"))
+                matrix[i] = embedder.embed([text])[0]
+        return SimpleNamespace(index=retriever.index, matrix=matrix, embedder=embedder)
+
+    found_by_text = new_wording = unknown = 0
+    for log in logs:
+        first = diagnose(log.log, index_dir, search, known, closest_known_cause(retriever, known))
+        cause = next((k for k in known if first.causes[0].doc_urls == [k.url]), None)
+        if cause is None or not cause_right(log, first) or not cause.found_in(clean_log(log.log).lower()):
+            continue
+        found_by_text += 1
+        reworded = tuple(dataclasses.replace(k, matches=()) if k is cause else k for k in known)
+        new_wording += cause_right(log, diagnose(log.log, index_dir, search, reworded,
+                                                  closest_known_cause(without_matches_line(cause.url), reworded)))
+        others = tuple(k for k in known if k is not cause)
+        unknown += cause_right(log, diagnose(log.log, index_dir, search, others, closest_known_cause(retriever, others)))
+    return {"logs": len(logs), "known_first": found_by_text, "new_wording": new_wording, "unknown": unknown,
+            "new_wording_share": round(new_wording / max(found_by_text, 1), 3), "unknown_share": round(unknown / max(found_by_text, 1), 3)}
