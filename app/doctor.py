@@ -28,6 +28,7 @@ from app.error_log import (
     prose_lines,
     versions_in,
 )
+from app.known_cause_search import closest_known_cause
 from indexer.error_catalogue import RaisedError
 from indexer.known_causes import KnownCause, read_known_causes
 
@@ -221,7 +222,7 @@ def diagnose(log: str, index_dir: Path | None = None, search: Any = None, known:
     elif closest_known is not None and (near_known := closest_known(f"{prose_lines(text)} {exception}: {flat}")) is not None:
         # the message with what the writer said around it (the set-up, the command): "not enough values to unpack"
         # is a pipeline batch's shape when the log says it came from `train_batch`. Before a close text and a
-        # release's bug: a known failure near in meaning is more often the one (KNOWN_COSINE)
+        # release's bug: a known failure near in meaning is more often the one (`app.known_cause_search`)
         k, cosine = near_known
         causes = [_known_cause(k, line, f"the closest known failure to this message, cosine {cosine:.2f}")] + causes
     elif (close := close_known_match(known, flat)) is not None:
@@ -344,44 +345,6 @@ def engine_search(retriever: Any) -> Any:
         return [(f"{h.chunk.title} > {h.chunk.heading}", h.chunk.url) for h in retriever.search(text, 3).hits]
 
     return search
-
-
-KNOWN_COSINE = 0.6  # a known cause closer than this in meaning leads when the log shows none; chosen on the tune logs
-KNOWN_QUERY_CHARS = 1000  # of the text held against the known causes' passages: its end, where the message is (`closest_known_cause`)
-# (the first known cause by cosine was the thread's cause for 17 of the 25 tune logs at 0.6 or more, 26 of 43 at 0.5)
-# Tried and not kept (stop 55): the first cause of the most alike labelled log of another thread (character n-grams
-# of the error line) for a log no known text explains: 0 of the 38 such tune and tune-only logs set right at any
-# similarity floor from 0.3 to 0.7, up to 2 set wrong.
-# The order of the fallbacks for a log that shows no known text (stop 71), chosen on `dsqa eval doctor --known-ablation`
-# (`eval.doctor_eval.run_known_ablation`): of the 636 tune and tune-only logs whose first cause is a known one the log
-# shows a text of, the cause right with that cause's texts taken away (a new wording of a failure the notes know) and
-# with the cause taken away (one they do not): 202 and 109 when a close text and a release's bug came before the
-# nearest known cause, 303 and 125 with the nearest first; on the logs as they are, 664 -> 663 of 697. In a first
-# harness (662 logs), cosine floors 0.5 / 0.55 / 0.6 / 0.65 / 0.7 gave 336 / 333 / 322 / 292 / 253 and 133 / 133 / 133 /
-# 126 / 129 (0.6 kept); the log's last 300 / 600 / 1000 characters in place of its message, 337 / 342 / 336 and
-# 131 / 133 / 130, and one or two fewer right as they are (not kept).
-# A BM25 over the known causes' title, why, check and fix after the vectors found none: 334 and 135 there, not kept.
-
-
-def closest_known_cause(retriever: Any, known: tuple[KnownCause, ...]) -> Any:
-    """`text -> (known cause, cosine) | None` over the index's vectors of the known-errors note's passages
-    (one query encode, and the note's passages looked up only then: most logs show a known cause's text);
-    None without a retriever that holds them."""
-    index, matrix, embedder = (getattr(retriever, name, None) for name in ("index", "matrix", "embedder"))
-    if index is None or matrix is None or embedder is None or not known:
-        return None
-
-    def closest(text: str) -> tuple[KnownCause, float] | None:
-        by_url = {k.url: k for k in known}
-        rows = [i for i, c in enumerate(index.chunks) if c.url in by_url]
-        if not rows:
-            return None
-        cos = matrix[rows] @ embedder.embed([text[-KNOWN_QUERY_CHARS:]])[0]
-        best = int(cos.argmax())
-        cause = by_url[index.chunks[rows[best]].url]
-        return (cause, float(cos[best])) if cos[best] >= KNOWN_COSINE and not cause.harmless else None
-
-    return closest
 
 
 def raised_line(diagnosis: Diagnosis, *, known_failures: bool = True, nearest: bool = False) -> str:

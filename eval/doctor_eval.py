@@ -132,8 +132,9 @@ def run_known_ablation(index_dir: Path, retriever: Any, notes_dir: Path, logs: l
     import dataclasses
     from types import SimpleNamespace
 
-    from app.doctor import closest_known_cause, diagnose, engine_search
+    from app.doctor import diagnose, engine_search
     from app.error_log import clean_log
+    from app.known_cause_search import closest_known_cause
     from indexer.known_causes import read_known_causes
 
     logs = [log for log in (all_error_logs() if logs is None else logs) if log.split != "test"]

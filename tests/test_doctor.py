@@ -602,3 +602,33 @@ def test_a_known_cause_near_in_meaning_leads_over_a_close_text_and_a_release_s_b
     older = "deepspeed 0.5.9, torch 1.10.0\nRuntimeError: slice() cannot be applied to a 0-dim tensor xyz\n"
     assert "likely a bug of deepspeed 0.5.9" in diagnose(older, known=known, closest_known=lambda text: None).causes[0].title
     assert diagnose(older, known=known, closest_known=lambda text: (near, 0.7)).causes[0].title == near.title
+
+
+def test_of_the_known_causes_near_in_meaning_the_one_whose_words_the_log_shares_leads() -> None:
+    """Whether a known cause is near is told by the cosine alone (none below KNOWN_COSINE); which near one leads,
+    by cosine and words together: a log naming the second-closest cause's tool gets that cause. A fake embedder
+    (fixed vectors) stands in for the model here; the real one is measured by the quality suite's ablation."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from app.known_cause_search import KNOWN_COSINE, KnownCauseWords, closest_known_cause
+    from indexer.known_causes import parse_known_causes
+
+    known = tuple(parse_known_causes(
+        "## Port taken\nMatches: `EADDRINUSE`\nWhy: an earlier run holds the rendezvous port.\nFix: pass --master_port.\n"
+        "## Op build fails\nMatches: `ninja: build stopped`\nWhy: the cpu_adam extension needs a compiler and ninja.\nFix: install ninja.\n"
+        "## Hostfile\nMatches: `bad entry`\nWhy: a hostfile line lacks slots.\nFix: write host slots=N.\n"
+        "## SSH\nMatches: `exit code 255`\nWhy: passwordless ssh is missing.\nFix: ssh-copy-id.\n"))
+    assert KnownCauseWords(known).scores("cpu_adam ninja").argmax() == 1
+    vectors = np.array([[0.9, np.sqrt(1 - 0.81)], [0.88, np.sqrt(1 - 0.88**2)], [0.2, np.sqrt(0.96)], [0.1, np.sqrt(0.99)]])
+    query = np.array([1.0, 0.0])
+    retriever = SimpleNamespace(index=SimpleNamespace(chunks=[SimpleNamespace(url=k.url) for k in known]), matrix=vectors,
+                                embedder=SimpleNamespace(embed=lambda texts: np.array([query])))
+    closest = closest_known_cause(retriever, known)
+    assert closest is not None
+    assert closest("RuntimeError: something failed")[0].title == "Port taken"  # type: ignore[index]
+    cause, cosine = closest("RuntimeError: the cpu_adam build needs ninja")  # type: ignore[misc]
+    assert cause.title == "Op build fails" and abs(cosine - 0.88) < 1e-6
+    far = SimpleNamespace(index=retriever.index, matrix=vectors * [KNOWN_COSINE - 0.05, 1.0], embedder=retriever.embedder)
+    assert closest_known_cause(far, known)("RuntimeError: the cpu_adam build needs ninja") is None  # type: ignore[misc]

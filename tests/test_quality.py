@@ -834,15 +834,16 @@ def test_doctor_as_shipped_on_real_error_logs(engine) -> None:
 def test_the_doctor_finds_a_known_failure_told_in_other_words(engine) -> None:
     """`dsqa eval doctor --known-ablation` on every fourth tuning log: of those whose first cause is a known one the
     log shows a text of, the share right once that cause's texts are taken away (found again by meaning) and once the
-    cause is taken away (right from elsewhere). At landing 46.2% and 21.5% of these 158 (47.6% and 19.7% of all 636);
-    30.4% and 16.5% when a close text and a release's bug came before the nearest known cause."""
+    cause is taken away (right from elsewhere). With the cause chosen by meaning and words (`app.known_cause_search`)
+    65.8% and 22.8% of these 158 (64.0% and 24.4% of all 636); by meaning alone 46.2% and 21.5%; by meaning alone and
+    after a close text and a release's bug 30.4% and 16.5%."""
     from corpus import NOTES_DIR
     from eval.doctor_eval import all_error_logs, run_known_ablation
 
     index, retriever = engine.require()
     result = run_known_ablation(index.path, retriever, NOTES_DIR, [log for log in all_error_logs() if log.split != "test"][::4])
     print(result)
-    assert result["known_first"] >= 140 and result["new_wording_share"] >= 0.42 and result["unknown_share"] >= 0.15
+    assert result["known_first"] >= 140 and result["new_wording_share"] >= 0.6 and result["unknown_share"] >= 0.19
 
 
 def test_a_pasted_log_is_answered_with_the_doctors_first_cause(engine) -> None:
