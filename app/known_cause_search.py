@@ -74,22 +74,35 @@ def _standard(values: np.ndarray) -> np.ndarray:
     return (values - values.mean()) / (values.std() + 1e-9)
 
 
+_BUILT: dict[tuple[int, int], tuple[Any, tuple[KnownCause, ...], dict[str, Any]]] = {}
+
+
+def _built(index: Any, known: tuple[KnownCause, ...]) -> dict[str, Any]:
+    """The known causes' passages in the index (rows, and the cause of each) and their words' index: built once per
+    index and notes (the doctor is asked again and again with the same two)."""
+    key = (id(index), id(known))
+    cached = _BUILT.get(key)
+    if cached is None or cached[0] is not index or cached[1] is not known:
+        at = {k.url: j for j, k in enumerate(known)}
+        rows = [i for i, c in enumerate(index.chunks) if c.url in at]
+        built = {"rows": rows, "owner": np.array([at[index.chunks[i].url] for i in rows], dtype=np.int64), "words": KnownCauseWords(known)}
+        if len(_BUILT) >= 8:
+            _BUILT.clear()
+        cached = _BUILT[key] = (index, known, built)
+    return cached[2]
+
+
 def closest_known_cause(retriever: Any, known: tuple[KnownCause, ...]) -> Callable[[str], tuple[KnownCause, float] | None] | None:
     """`text -> (known cause, cosine) | None`: None when no known cause's passage reaches KNOWN_COSINE; else, of
     the causes within NEAR_MARGIN of it, the one whose cosine and words (standard scores, WORDS_WEIGHT) together
-    score best. One query encode; the note's passages and the words' index built at the first call (most logs show
-    a known cause's text). None without a retriever that holds the passages' vectors."""
+    score best. One query encode; the note's passages and the words' index built once (`_built`). None without a
+    retriever that holds the passages' vectors."""
     index, matrix, embedder = (getattr(retriever, name, None) for name in ("index", "matrix", "embedder"))
     if index is None or matrix is None or embedder is None or not known:
         return None
-    built: dict[str, Any] = {}
 
     def closest(text: str) -> tuple[KnownCause, float] | None:
-        if not built:
-            at = {k.url: j for j, k in enumerate(known)}
-            rows = [i for i, c in enumerate(index.chunks) if c.url in at]
-            built.update(rows=rows, owner=np.array([at[index.chunks[i].url] for i in rows], dtype=np.int64),
-                         words=KnownCauseWords(known))
+        built = _built(index, known)
         if not built["rows"]:
             return None
         cos = matrix[built["rows"]] @ embedder.embed([text[-KNOWN_QUERY_CHARS:]])[0]
